@@ -1,0 +1,137 @@
+"""Development sessions: ``nox`` (= ``nox -s tests``) runs everything CI runs.
+
+Sessions:
+  tests            every test of every distribution in one environment, then walls, lint, proto
+  core, client, …  one distribution installed alone (non-editable) with its own tests
+  walls            each distribution installed alone imports its public API; core, client,
+                   gateway and node leave jax out of sys.modules
+  lint             ruff (lint + format check) and mypy
+  proto            regenerate the checked-in protobuf code and fail if it differs from git
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+PACKAGES = ("core", "client", "gateway", "worker", "node", "export")
+JAX_FREE = ("core", "client", "gateway", "node")
+TEST_REQUIREMENTS = ROOT / "requirements" / "test.txt"
+PROTO_REQUIREMENTS = ROOT / "requirements" / "proto.txt"
+LINT_REQUIREMENTS = ROOT / "requirements" / "lint.txt"
+PROTO_OUT = str(ROOT / "packages/core/src")
+PROTO_GENERATED = "packages/core/src/reactantserver/core/_proto"
+
+nox.options.sessions = ["tests"]
+nox.options.default_venv_backend = "venv"
+nox.options.error_on_external_run = True
+
+
+def _closure(package: str) -> list[str]:
+    """``package`` and the sibling distributions it depends on, dependencies first."""
+    order: list[str] = []
+
+    def visit(name: str) -> None:
+        meta = tomllib.loads((ROOT / "packages" / name / "pyproject.toml").read_text())
+        for dep in meta["project"]["dependencies"]:
+            if dep.startswith("reactantserver-"):
+                visit(dep.split("==")[0].removeprefix("reactantserver-"))
+        if name not in order:
+            order.append(name)
+
+    visit(package)
+    return order
+
+
+def _editable_all() -> list[str]:
+    args: list[str] = []
+    for name in PACKAGES:
+        args += ["-e", f"packages/{name}"]
+    return args
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Every test in one environment with all six distributions installed editable."""
+    session.install(*_editable_all(), "-r", str(TEST_REQUIREMENTS))
+    session.run("pytest", *session.posargs)
+    if not session.posargs:
+        # "everything": the isolation, lint and proto checks run after the suite.
+        session.notify("walls")
+        session.notify("lint")
+        session.notify("proto")
+
+
+def _package_session(name: str) -> None:
+    @nox.session(name=name)
+    def run(session: nox.Session) -> None:
+        session.install(*(f"./packages/{p}" for p in _closure(name)))
+        session.install("-r", str(TEST_REQUIREMENTS))
+        session.run("pytest", f"packages/{name}/tests", *session.posargs)
+
+    run.__doc__ = f"reactantserver-{name} installed alone, with its own tests."
+
+
+for _name in PACKAGES:
+    _package_session(_name)
+
+
+@nox.session
+@nox.parametrize("package", PACKAGES)
+def walls(session: nox.Session, package: str) -> None:
+    """One distribution alone in a fresh venv: its public API imports (jax-free where required)."""
+    session.install(*(f"./packages/{p}" for p in _closure(package)))
+    session.run(
+        "python",
+        str(ROOT / "tools" / "check_walls.py"),
+        package,
+        "--jax-free" if package in JAX_FREE else "--jax-allowed",
+    )
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """Ruff lint and format check, then mypy (strict) over sources and tests."""
+    session.install(*_editable_all(), "-r", str(TEST_REQUIREMENTS), "-r", str(LINT_REQUIREMENTS))
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    sources = [f"packages/{p}/src" for p in PACKAGES]
+    session.run("mypy", *sources, "noxfile.py", "tools")
+    # Test folders share file names across packages; check each on its own.
+    for p in PACKAGES:
+        session.run("mypy", f"packages/{p}/tests")
+    session.run("mypy", "tests")
+
+
+@nox.session
+def proto(session: nox.Session) -> None:
+    """Regenerate ``*_pb2*`` from proto/ with the pinned generator; fail on any diff."""
+    session.install("-r", str(PROTO_REQUIREMENTS))
+    protos = sorted(p.relative_to(ROOT / "proto").as_posix() for p in (ROOT / "proto").rglob("*.proto"))
+    kserve = [p for p in protos if "/kserve/" in p]
+    control = [p for p in protos if "/control/" in p]
+    protoc = ["python", "-m", "grpc_tools.protoc", "-I", str(ROOT / "proto")]
+    session.chdir(ROOT / "proto")
+    session.run(*protoc, f"--python_out={PROTO_OUT}", f"--mypy_out={PROTO_OUT}", *kserve)
+    session.run(
+        *protoc,
+        f"--python_out={PROTO_OUT}",
+        f"--mypy_out={PROTO_OUT}",
+        f"--grpc_python_out={PROTO_OUT}",
+        f"--mypy_grpc_out={PROTO_OUT}",
+        *control,
+    )
+    if "--no-check" in session.posargs:
+        return
+    session.chdir(ROOT)
+    status = session.run(
+        "git", "status", "--porcelain", "--", PROTO_GENERATED, silent=True, external=True
+    )
+    if status:
+        session.error(
+            "generated protobuf code differs from git; commit the regenerated files:\n"
+            + str(status)
+        )

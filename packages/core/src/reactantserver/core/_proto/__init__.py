@@ -1,0 +1,1 @@
+"""Generated protobuf code (see proto/ and `nox -s proto`); do not edit."""
