@@ -110,7 +110,9 @@ def lint(session: nox.Session) -> None:
 def proto(session: nox.Session) -> None:
     """Regenerate ``*_pb2*`` from proto/ with the pinned generator; fail on any diff."""
     session.install("-r", str(PROTO_REQUIREMENTS))
-    protos = sorted(p.relative_to(ROOT / "proto").as_posix() for p in (ROOT / "proto").rglob("*.proto"))
+    protos = sorted(
+        p.relative_to(ROOT / "proto").as_posix() for p in (ROOT / "proto").rglob("*.proto")
+    )
     kserve = [p for p in protos if "/kserve/" in p]
     control = [p for p in protos if "/control/" in p]
     protoc = ["python", "-m", "grpc_tools.protoc", "-I", str(ROOT / "proto")]

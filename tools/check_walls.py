@@ -38,7 +38,8 @@ def main(argv: list[str]) -> int:
     if mode == "--jax-free" and leaked:
         print(f"reactantserver.{package} imported jax: {leaked[:5]}")
         return 1
-    print(f"reactantserver.{package}: {len(modules)} public modules import; jax loaded: {bool(leaked)}")
+    loaded = "loaded" if leaked else "not loaded"
+    print(f"reactantserver.{package}: {len(modules)} public modules import; jax {loaded}")
     return 0
 
 

@@ -21,12 +21,18 @@ def _relative(name: str, package: str) -> str:
     return name[len(package) + 1 :] if name.startswith(package + ".") else name
 
 
-def _message(msg: descriptor_pb2.DescriptorProto, prefix: str, package: str, out: dict[str, Any]) -> None:
+def _message(
+    msg: descriptor_pb2.DescriptorProto, prefix: str, package: str, out: dict[str, Any]
+) -> None:
     full = f"{prefix}{msg.name}"
     fields = []
     for f in msg.field:
         synthetic = f.proto3_optional
-        oneof = msg.oneof_decl[f.oneof_index].name if f.HasField("oneof_index") and not synthetic else ""
+        oneof = (
+            msg.oneof_decl[f.oneof_index].name
+            if f.HasField("oneof_index") and not synthetic
+            else ""
+        )
         fields.append(
             {
                 "name": f.name,

@@ -54,8 +54,11 @@ def test_every_triton_type_is_identical_in_ours(
 ) -> None:
     missing = sorted(set(triton[kind]) - set(ours[kind]))
     assert not missing, f"{kind} missing from our protos: {missing}"
-    differing = {name: (spec, ours[kind][name]) for name, spec in triton[kind].items()
-                 if ours[kind][name] != spec}
+    differing = {
+        name: (spec, ours[kind][name])
+        for name, spec in triton[kind].items()
+        if ours[kind][name] != spec
+    }
     assert not differing, f"{kind} that differ (triton, ours): {differing}"
 
 

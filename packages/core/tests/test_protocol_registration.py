@@ -80,12 +80,14 @@ def test_method_table_matches_constants() -> None:
     constants = {
         getattr(protocol, name)
         for name in protocol.__all__
-        if name.isupper() and isinstance(getattr(protocol, name), str)
+        if name.isupper()
+        and isinstance(getattr(protocol, name), str)
         and getattr(protocol, name).startswith("/")
     }
     assert constants == {m.path for m in protocol.INFERENCE_METHODS.values()}
     stream = protocol.INFERENCE_METHODS["ModelStreamInfer"]
-    assert stream.client_streaming and stream.server_streaming
+    assert stream.client_streaming
+    assert stream.server_streaming
     assert stream.request is pb.ModelInferRequest
     assert stream.response is pb.ModelStreamInferResponse
 

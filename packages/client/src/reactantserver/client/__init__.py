@@ -1,5 +1,4 @@
-"""Thin Pythonic client for ReactantServer and any KServe V2 / Triton gRPC server.
-"""
+"""Thin Pythonic client for ReactantServer and any KServe V2 / Triton gRPC server."""
 
 from __future__ import annotations
 

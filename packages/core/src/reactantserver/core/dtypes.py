@@ -185,7 +185,11 @@ _PLAIN: dict[DType, str] = {
     DType.BYTES: "object",
 }
 
-_ML_DTYPES_NAMES = {DType.BF16: "bfloat16", DType.F8_E5M2: "float8_e5m2", DType.F8_E4M3: "float8_e4m3fn"}
+_ML_DTYPES_NAMES = {
+    DType.BF16: "bfloat16",
+    DType.F8_E5M2: "float8_e5m2",
+    DType.F8_E4M3: "float8_e4m3fn",
+}
 
 
 @functools.cache
@@ -199,4 +203,5 @@ def _numpy_dtype(member: DType) -> np.dtype[Any]:
         if member is DType.BF16:
             return np.dtype("<u2")
         raise ValueError(f"{member.token} needs the ml_dtypes package") from None
-    return np.dtype(getattr(ml_dtypes, _ML_DTYPES_NAMES[member]))
+    scalar_type: type[Any] = getattr(ml_dtypes, _ML_DTYPES_NAMES[member])
+    return np.dtype(scalar_type)

@@ -1,5 +1,4 @@
-"""Turns JAX (and PyTorch) models into ReactantServer bundles.
-"""
+"""Turns JAX (and PyTorch) models into ReactantServer bundles."""
 
 from __future__ import annotations
 

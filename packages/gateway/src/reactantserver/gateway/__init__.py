@@ -1,5 +1,4 @@
-"""One gRPC endpoint over many ReactantServer workers.
-"""
+"""One gRPC endpoint over many ReactantServer workers."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Node supervisor: one worker per device plus an embedded gateway.
-"""
+"""Node supervisor: one worker per device plus an embedded gateway."""
 
 from __future__ import annotations
 

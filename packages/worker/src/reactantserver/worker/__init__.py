@@ -1,5 +1,4 @@
-"""Compiles StableHLO bundles with XLA and serves them over the Triton/KServe gRPC protocol.
-"""
+"""Compiles StableHLO bundles with XLA and serves them over the Triton/KServe gRPC protocol."""
 
 from __future__ import annotations
 

@@ -1,0 +1,143 @@
+"""The monorepo keeps its shape: six lockstep distributions behind their dependency walls."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("core", "client", "gateway", "worker", "node", "export")
+
+# 00-overview §Package map: the runtime dependencies each distribution may declare.
+ALLOWED = {
+    "core": {"numpy", "protobuf", "grpcio", "pyyaml", "attrs", "cattrs", "safetensors"},
+    "client": {"reactantserver-core", "grpcio"},
+    "gateway": {
+        "reactantserver-core",
+        "grpcio",
+        "grpcio-health-checking",
+        "grpcio-reflection",
+        "uvloop",
+        "aiohttp",
+        "prometheus-client",
+    },
+    "worker": {
+        "reactantserver-core",
+        "jax",
+        "jaxlib",
+        "grpcio-health-checking",
+        "grpcio-reflection",
+        "uvloop",
+        "aiohttp",
+        "prometheus-client",
+    },
+    "node": {"reactantserver-core", "reactantserver-gateway", "psutil", "nvidia-ml-py"},
+    "export": {"reactantserver-core", "jax"},
+}
+SCRIPTS = {
+    "gateway": "reactantserver-gateway",
+    "worker": "reactantserver-worker",
+    "node": "reactantserver-node",
+    "export": "reactantserver-export",
+}
+
+
+def _meta(package: str) -> dict[str, Any]:
+    meta: dict[str, Any] = tomllib.loads(
+        (ROOT / "packages" / package / "pyproject.toml").read_text()
+    )["project"]
+    return meta
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower()
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_distribution_template(package: str) -> None:
+    base = ROOT / "packages" / package
+    for required in ("pyproject.toml", "README.md", "tests"):
+        assert (base / required).exists(), f"packages/{package}/{required}"
+    src = base / "src" / "reactantserver"
+    assert (src / package / "py.typed").is_file()
+    assert (src / package / "__init__.py").is_file()
+    assert not (src / "__init__.py").exists(), "reactantserver must stay a PEP 420 namespace"
+    meta = _meta(package)
+    assert meta["name"] == f"reactantserver-{package}"
+    assert meta["requires-python"] == ">=3.11"
+    assert list((base / "tests").glob("test_*.py")), f"packages/{package}/tests has no tests"
+
+
+def test_no_namespace_init_anywhere() -> None:
+    assert not list(ROOT.glob("packages/*/src/reactantserver/__init__.py"))
+
+
+def test_lockstep_version_and_exact_sibling_pins() -> None:
+    versions = {p: _meta(p)["version"] for p in PACKAGES}
+    assert len(set(versions.values())) == 1, versions
+    version = versions["core"]
+    for package in PACKAGES:
+        meta = _meta(package)
+        requirements = list(meta["dependencies"])
+        for extra in meta.get("optional-dependencies", {}).values():
+            requirements += extra
+        for requirement in requirements:
+            if requirement.startswith("reactantserver-"):
+                assert requirement.endswith(f"=={version}"), (package, requirement)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_dependencies_stay_inside_the_walls(package: str) -> None:
+    declared = {_name(r) for r in _meta(package)["dependencies"]}
+    assert declared <= ALLOWED[package], declared - ALLOWED[package]
+
+
+def test_extras_of_the_package_map() -> None:
+    assert set(_meta("worker")["optional-dependencies"]) == {"cuda12", "cuda13"}
+    assert set(_meta("node")["optional-dependencies"]) == {"worker"}
+    assert set(_meta("export")["optional-dependencies"]) == {"torch", "validate"}
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_console_scripts(package: str) -> None:
+    scripts = _meta(package).get("scripts", {})
+    if package in SCRIPTS:
+        assert scripts == {SCRIPTS[package]: f"reactantserver.{package}._cli:main"}
+    else:
+        assert scripts == {}
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_installed_version_matches_pyproject(package: str) -> None:
+    module = importlib.import_module(f"reactantserver.{package}")
+    assert module.__version__ == _meta(package)["version"]
+
+
+def _public_modules(package: str) -> list[str]:
+    root = importlib.import_module(f"reactantserver.{package}")
+    names = [root.__name__]
+    for info in pkgutil.walk_packages(root.__path__, prefix=root.__name__ + "."):
+        if not any(part.startswith("_") for part in info.name.split(".")):
+            names.append(info.name)
+    return names
+
+
+def _isort_key(name: str) -> tuple[int, str]:
+    # The order ruff's RUF022 keeps: CONSTANTS, then Classes, then functions and modules.
+    return (0 if name.isupper() else 1 if name[:1].isupper() else 2, name)
+
+
+@pytest.mark.parametrize("module_name", [m for p in PACKAGES for m in _public_modules(p)])
+def test_public_surface_is_explicit(module_name: str) -> None:
+    module = importlib.import_module(module_name)
+    exported = getattr(module, "__all__", None)
+    assert exported is not None, f"{module_name} declares no __all__"
+    assert list(exported) == sorted(exported, key=_isort_key), f"{module_name}.__all__ unsorted"
+    for name in exported:
+        assert hasattr(module, name), f"{module_name}.__all__ names missing {name}"
