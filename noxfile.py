@@ -60,7 +60,8 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs)
     if not session.posargs:
         # "everything": the isolation, lint and proto checks run after the suite.
-        session.notify("walls")
+        for package in PACKAGES:
+            session.notify(f"walls(package='{package}')")
         session.notify("lint")
         session.notify("proto")
 
