@@ -1,0 +1,204 @@
+"""The jax/jaxlib backend: the ONE module of ReactantServer that touches jax internals.
+
+It drives the PJRT client directly (``compile_and_load`` of StableHLO text or portable
+artifacts, executable (de)serialisation, explicit buffer release) and reads entry signatures
+with the MLIR bindings bundled with jaxlib. Everything else in the worker talks to the
+:class:`~reactantserver.worker.runtime.backend.Backend` protocol. The canary test
+(``tests/test_backend_canary.py``) exercises every entry point, so a jaxlib upgrade that moves
+one of them fails loudly there first::
+
+    backend = JaxBackend("cpu")
+    exe = backend.compile(module_bytes, CompileSpec())
+    out = backend.execute(exe, [backend.to_device(x), *weights])
+"""
+
+from __future__ import annotations
+
+import threading
+from importlib.metadata import version as _dist_version
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax._src.interpreters import mlir as _jax_mlir
+from jax.extend import backend as _jax_backend
+from jaxlib import xla_client as _xc
+from jaxlib.mlir import ir as _ir
+from jaxlib.mlir.dialects import stablehlo as _stablehlo
+
+from reactantserver.core.dtypes import DType
+from reactantserver.core.errors import BundleError
+from reactantserver.worker.runtime.backend import (
+    CompileSpec,
+    DeviceBuffer,
+    Executable,
+    MemoryStats,
+    Signature,
+    TensorType,
+    is_bytecode,
+)
+
+__all__ = ["PLATFORM_ALIASES", "JaxBackend", "jax_versions"]
+
+#: Configuration names of a platform -> the name jax registers the PJRT client under.
+PLATFORM_ALIASES = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda"}
+
+_MLIR_ELEMENT_TYPES = {
+    "i1": DType.BOOL,
+    "ui8": DType.U8,
+    "ui16": DType.U16,
+    "ui32": DType.U32,
+    "ui64": DType.U64,
+    "i8": DType.I8,
+    "i16": DType.I16,
+    "i32": DType.I32,
+    "i64": DType.I64,
+    "f16": DType.F16,
+    "f32": DType.F32,
+    "f64": DType.F64,
+    "bf16": DType.BF16,
+    "f8E5M2": DType.F8_E5M2,
+    "f8E4M3FN": DType.F8_E4M3,
+}
+
+# MLIR contexts are not safe to share across threads; each thread keeps its own.
+_contexts = threading.local()
+
+
+def jax_versions() -> dict[str, str]:
+    """Versions of jax and jaxlib, for provenance and cache keys."""
+    return {"jax": jax.__version__, "jaxlib": _dist_version("jaxlib")}
+
+
+def _ir_context() -> _ir.Context:
+    ctx = getattr(_contexts, "ctx", None)
+    if ctx is None:
+        ctx = _jax_mlir.make_ir_context()
+        _contexts.ctx = ctx
+    return ctx
+
+
+def _tensor_type(mlir_type: _ir.Type, where: str) -> TensorType:
+    try:
+        ranked = _ir.RankedTensorType(mlir_type)
+    except ValueError:
+        raise BundleError(f"{where}: {mlir_type} is not a ranked tensor") from None
+    element = str(ranked.element_type)
+    dtype = _MLIR_ELEMENT_TYPES.get(element)
+    if dtype is None:
+        raise BundleError(f"{where}: element type {element} is not supported")
+    shape = tuple(
+        -1 if ranked.is_dynamic_dim(i) else int(ranked.get_dim_size(i)) for i in range(ranked.rank)
+    )
+    return TensorType(dtype, shape)
+
+
+class JaxBackend:
+    """One device of a jax PJRT client (``platform`` ``cpu`` or ``cuda``)."""
+
+    def __init__(self, platform: str = "cpu", device_ordinal: int = 0) -> None:
+        name = PLATFORM_ALIASES.get(platform)
+        if name is None:
+            raise ValueError(f"unknown backend platform {platform!r}")
+        self._client = _jax_backend.get_backend(name)
+        devices = self._client.local_devices()
+        if not 0 <= device_ordinal < len(devices):
+            raise ValueError(
+                f"device_ordinal {device_ordinal} out of range: {len(devices)} {name} device(s)"
+            )
+        self._device = devices[device_ordinal]
+        self._devices = _xc.DeviceList((self._device,))
+        self.platform: str = name
+        self.device_kind: str = str(self._device.device_kind)
+        self.version_material: str = "|".join(
+            [f"jaxlib={_dist_version('jaxlib')}", name, str(self._client.platform_version)]
+        )
+
+    # -- compilation ---------------------------------------------------------------------
+
+    def _compile_options(self, opts: CompileSpec) -> Any:
+        options = _xc.CompileOptions()
+        if not opts.autotune and self.platform == "cuda":
+            options.executable_build_options.debug_options.xla_gpu_autotune_level = 0
+        return options
+
+    def compile(self, module: bytes, opts: CompileSpec) -> Executable:
+        """Compile StableHLO text or a portable artifact for the selected device."""
+        computation: bytes | str = module if is_bytecode(module) else module.decode()
+        return self._client.compile_and_load(
+            computation, self._devices, self._compile_options(opts)
+        )
+
+    def serialize(self, exe: Executable) -> bytes:
+        """Serialise a compiled executable (for the on-disk executable cache)."""
+        return bytes(self._client.serialize_executable(exe))
+
+    def deserialize(self, blob: bytes, opts: CompileSpec) -> Executable:
+        """Load an executable serialised by :meth:`serialize` on this runtime and device."""
+        return self._client.deserialize_executable(blob, self._devices, self._compile_options(opts))
+
+    def signature(self, module: bytes) -> Signature:
+        """Argument and result types of the public ``main`` function of a StableHLO module."""
+        ctx = _ir_context()
+        with ctx:
+            try:
+                if is_bytecode(module):
+                    parsed = _stablehlo.deserialize_portable_artifact(ctx, module)
+                else:
+                    parsed = _ir.Module.parse(module.decode())
+            except Exception as exc:
+                raise BundleError(f"cannot parse StableHLO module: {exc}") from exc
+            for op in parsed.body.operations:
+                attributes = op.attributes
+                if "sym_name" not in attributes or "function_type" not in attributes:
+                    continue
+                if _ir.StringAttr(attributes["sym_name"]).value != "main":
+                    continue
+                ftype = _ir.FunctionType(_ir.TypeAttr(attributes["function_type"]).value)
+                inputs = tuple(
+                    _tensor_type(t, f"main argument {i}") for i, t in enumerate(ftype.inputs)
+                )
+                results = tuple(
+                    _tensor_type(t, f"main result {i}") for i, t in enumerate(ftype.results)
+                )
+                return Signature(inputs, results)
+        raise BundleError("StableHLO module has no 'main' function")
+
+    # -- buffers and execution -----------------------------------------------------------
+
+    def to_device(self, host: np.ndarray[Any, Any]) -> DeviceBuffer:
+        """Copy ``host`` to the device and wait for the copy to finish."""
+        buf = jax.device_put(host, self._device)
+        buf.block_until_ready()
+        return buf
+
+    def execute(self, exe: Executable, args: Sequence[DeviceBuffer]) -> list[DeviceBuffer]:
+        """Run ``exe``; PJRT releases the GIL while the device works."""
+        results: list[DeviceBuffer] = exe.execute(list(args))
+        return results
+
+    def to_host(self, buf: DeviceBuffer) -> np.ndarray[Any, Any]:
+        """A host copy of a device buffer (blocks until the value is ready)."""
+        return np.array(buf, copy=True)
+
+    def free(self, buf: DeviceBuffer) -> None:
+        """Delete a device buffer now (idempotent)."""
+        if not buf.is_deleted():
+            buf.delete()
+
+    def free_executable(self, exe: Executable) -> None:
+        """Drop an executable; jaxlib frees it with its last reference (no explicit call)."""
+        del exe
+
+    def memory_stats(self) -> MemoryStats | None:
+        """Allocator statistics of the device, or ``None`` (the CPU client keeps none)."""
+        stats = self._device.memory_stats()
+        if not stats:
+            return None
+        return MemoryStats(
+            bytes_in_use=int(stats.get("bytes_in_use", 0)),
+            bytes_limit=int(stats.get("bytes_limit", 0)),
+            peak_bytes_in_use=int(stats.get("peak_bytes_in_use", 0)),
+            bytes_reserved=int(stats.get("bytes_reserved", stats.get("pool_bytes", 0))),
+        )

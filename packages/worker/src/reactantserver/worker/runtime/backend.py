@@ -1,0 +1,149 @@
+"""What the worker needs from an accelerator runtime: the ``Backend`` protocol and its types.
+
+jax-free on purpose: the scheduler, the weight cache and their tests talk to this protocol;
+the jax implementation lives in :mod:`reactantserver.worker._backend` (the only module that
+touches jax internals).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any, Protocol, TypeAlias
+
+import attrs
+import numpy as np
+
+from reactantserver.core.dtypes import DType
+from reactantserver.core.manifest import MLIR_BYTECODE_MAGIC
+
+__all__ = [
+    "MLIR_BYTECODE_MAGIC",
+    "Backend",
+    "CompileSpec",
+    "DeviceBuffer",
+    "Executable",
+    "MemoryStats",
+    "Signature",
+    "TensorType",
+    "is_bytecode",
+]
+
+#: Opaque handles owned by a backend.
+Executable: TypeAlias = Any
+DeviceBuffer: TypeAlias = Any
+
+
+def is_bytecode(module: bytes) -> bool:
+    """Whether ``module`` is MLIR bytecode rather than MLIR text."""
+    return module[:4] == MLIR_BYTECODE_MAGIC
+
+
+@attrs.frozen
+class TensorType:
+    """One argument or result of an entry function; ``-1`` marks a dynamic extent."""
+
+    dtype: DType
+    shape: tuple[int, ...]
+
+    @property
+    def static(self) -> bool:
+        """Whether every extent is known."""
+        return all(d >= 0 for d in self.shape)
+
+    def __str__(self) -> str:
+        dims = "x".join("?" if d < 0 else str(d) for d in self.shape)
+        return f"{dims}x{self.dtype.token}" if dims else self.dtype.token
+
+
+@attrs.frozen
+class Signature:
+    """The entry function's argument and result types, in order."""
+
+    inputs: tuple[TensorType, ...]
+    results: tuple[TensorType, ...]
+
+    @property
+    def static(self) -> bool:
+        """Whether every argument and result has a fully static shape."""
+        return all(t.static for t in self.inputs + self.results)
+
+
+@attrs.frozen
+class CompileSpec:
+    """Options that change what a compile produces (and so key the executable cache)."""
+
+    numerics: str = "auto"
+    autotune: bool = True
+
+    def cache_material(self) -> bytes:
+        """Canonical bytes of these options, for cache keys."""
+        return json.dumps(attrs.asdict(self), sort_keys=True).encode()
+
+    def digest(self) -> str:
+        """Short hex digest of :meth:`cache_material`."""
+        return hashlib.sha256(self.cache_material()).hexdigest()[:16]
+
+
+@attrs.frozen
+class MemoryStats:
+    """Device allocator statistics (bytes); fields absent on a device read as 0."""
+
+    bytes_in_use: int = 0
+    bytes_limit: int = 0
+    peak_bytes_in_use: int = 0
+    bytes_reserved: int = 0
+
+    @property
+    def bytes_free(self) -> int:
+        """``bytes_limit - bytes_in_use``, floored at 0."""
+        return max(0, self.bytes_limit - self.bytes_in_use)
+
+
+class Backend(Protocol):
+    """A single accelerator: compile, move buffers, execute. Thread-safe per PJRT."""
+
+    platform: str
+    device_kind: str
+    version_material: str
+
+    def compile(self, module: bytes, opts: CompileSpec) -> Executable:
+        """Compile StableHLO (text or bytecode) for this backend's one device."""
+        ...
+
+    def serialize(self, exe: Executable) -> bytes:
+        """Bytes that :meth:`deserialize` turns back into an equivalent executable."""
+        ...
+
+    def deserialize(self, blob: bytes, opts: CompileSpec) -> Executable:
+        """Load an executable written by :meth:`serialize` (same runtime and device)."""
+        ...
+
+    def signature(self, module: bytes) -> Signature:
+        """The entry (``main``) argument and result types of a StableHLO module."""
+        ...
+
+    def to_device(self, host: np.ndarray[Any, Any]) -> DeviceBuffer:
+        """Copy a host array to the device, blocking until the copy is done."""
+        ...
+
+    def execute(self, exe: Executable, args: Sequence[DeviceBuffer]) -> list[DeviceBuffer]:
+        """Run ``exe`` on device buffers; results stay on the device."""
+        ...
+
+    def to_host(self, buf: DeviceBuffer) -> np.ndarray[Any, Any]:
+        """Copy a device buffer to a host array (blocks until the value is ready)."""
+        ...
+
+    def free(self, buf: DeviceBuffer) -> None:
+        """Release a device buffer now, not when it is garbage-collected."""
+        ...
+
+    def free_executable(self, exe: Executable) -> None:
+        """Release an executable's device resources (best effort)."""
+        ...
+
+    def memory_stats(self) -> MemoryStats | None:
+        """Allocator statistics of the device; ``None`` where there are none (CPU)."""
+        ...
