@@ -1,0 +1,239 @@
+"""Environment overrides of worker keys and the other worker variables (02 §Environment overrides).
+
+Everything here reads a ``Mapping[str, str]`` handed in by the caller, never ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import math
+import os
+import pwd
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+
+from reactantserver.core._config_fields import InvalidValue
+from reactantserver.core._config_keys import iter_leaves
+from reactantserver.core._config_structure import Origin, Problem, format_path
+
+__all__ = [
+    "ALIAS_VARIABLES",
+    "AUTOTUNE_CACHE_SUBDIR",
+    "CACHE_DIR_VARIABLE",
+    "CACHE_SUBDIR",
+    "DEFAULT_NODE_FILE",
+    "ENV_OVERRIDES",
+    "ENV_PREFIX",
+    "NODE_FILE_VARIABLE",
+    "REMOVED_VARIABLES",
+    "REMOVED_VARIABLE_PREFIXES",
+    "WORKER_NAME_VARIABLE",
+    "WORKER_THREADS_VARIABLE",
+    "EnvScan",
+    "PendingOverride",
+    "env_name",
+    "parse_env_value",
+    "parse_hook_threads",
+    "resolve_autotune_cache_dir",
+    "resolve_cache_dir",
+    "scan_env",
+]
+
+ENV_PREFIX: Final = "INFERENCE_SERVER_"
+WORKER_NAME_VARIABLE: Final = "REACTANT_WORKER_NAME"
+NODE_FILE_VARIABLE: Final = "REACTANT_NODE_FILE"
+WORKER_THREADS_VARIABLE: Final = "REACTANT_WORKER_THREADS"
+CACHE_DIR_VARIABLE: Final = "REACTANT_CACHE_DIR"
+DEFAULT_NODE_FILE: Final = Path("/etc/reactantserver/node.yaml")
+#: Directory under ``$XDG_CACHE_HOME`` / ``~/.cache``, and under ``cache_dir`` for autotune.
+CACHE_SUBDIR: Final = "reactantserver"
+AUTOTUNE_CACHE_SUBDIR: Final = "xla-autotune"
+
+#: ReactantServer.jl names kept for meta settings (applied before ``INFERENCE_SERVER_*``).
+ALIAS_VARIABLES: Final[Mapping[str, tuple[str, ...]]] = {
+    "REACTANT_META_CONCURRENCY": ("meta", "concurrency"),
+    "REACTANT_FANOUT_BYTES": ("meta", "scratch_bytes"),
+    "REACTANT_FANOUT_SLOTS": ("meta", "scratch_slots"),
+}
+#: Removed variables and their hints; ``REMOVED_VARIABLE_PREFIXES`` match whole families.
+REMOVED_VARIABLES: Final[Mapping[str, str]] = {
+    "INFERENCE_SERVER_RUNTIME_RESIDENCY_MODE": "use model_control_mode",
+    "INFERENCE_SERVER_SCHEDULER_DISPATCH_TIMEOUT_SECONDS": "no execution watchdog exists",
+}
+REMOVED_VARIABLE_PREFIXES: Final[Mapping[str, str]] = {
+    "INFERENCE_SERVER_BATCH_POLICY_": "use scheduler.models.<m>.max_batch_size",
+}
+
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"0", "false", "no", "off"})
+_LIST_SEPARATOR: Final = ":"
+
+
+def env_name(path: tuple[str, ...]) -> str:
+    """The variable overriding a key (``meta.concurrency`` → ``INFERENCE_SERVER_META_...``)."""
+    return ENV_PREFIX + "_".join(path).upper()
+
+
+def _build_overrides() -> dict[str, tuple[tuple[str, ...], Any]]:
+    table: dict[str, tuple[tuple[str, ...], Any]] = {}
+    for path, leaf_type in iter_leaves():
+        name = env_name(path)
+        if name in table:  # a schema change made two keys share a variable
+            raise RuntimeError(f"{name} names both {table[name][0]} and {path}")
+        table[name] = (path, leaf_type)
+    return table
+
+
+#: Variable → (key path, leaf type), for every scalar or list worker key.
+ENV_OVERRIDES: Final[Mapping[str, tuple[tuple[str, ...], Any]]] = _build_overrides()
+
+
+def parse_env_value(raw: str, leaf_type: Any) -> object:
+    """Parse a variable's text as ``leaf_type``; :class:`InvalidValue` says why it cannot."""
+    if leaf_type is bool:
+        word = raw.strip().lower()
+        if word in _TRUE:
+            return True
+        if word in _FALSE:
+            return False
+        raise InvalidValue(f"cannot parse {raw!r} as a boolean (1/true/yes/on or 0/false/no/off)")
+    if leaf_type is int:
+        try:
+            return int(raw.strip(), 10)
+        except ValueError:
+            raise InvalidValue(f"cannot parse {raw!r} as an integer") from None
+    if leaf_type is float:
+        try:
+            number = float(raw.strip())
+        except ValueError:
+            raise InvalidValue(f"cannot parse {raw!r} as a number") from None
+        if not math.isfinite(number):
+            raise InvalidValue(f"cannot parse {raw!r} as a finite number")
+        return number
+    if leaf_type == tuple[str, ...]:
+        return [part for part in raw.split(_LIST_SEPARATOR) if part]
+    if leaf_type is str or (isinstance(leaf_type, type) and issubclass(leaf_type, enum.Enum)):
+        return raw  # enums are checked when structured, with the variable named
+    raise TypeError(f"no environment parser for {leaf_type!r}")  # pragma: no cover
+
+
+@attrs.frozen
+class PendingOverride:
+    """A parsed override not yet applied: ``variable`` sets ``path`` to ``value``."""
+
+    variable: str
+    path: tuple[str, ...]
+    value: object
+
+    @property
+    def origin(self) -> Origin:
+        """How errors in the value name it."""
+        return Origin(note=f"from {self.variable}")
+
+
+@attrs.frozen
+class EnvScan:
+    """What the environment asks of the worker keys, in the order to apply it."""
+
+    overrides: tuple[PendingOverride, ...]
+    problems: tuple[Problem, ...]
+    warnings: tuple[str, ...]
+
+
+def _problem(variable: str, message: str) -> Problem:
+    return Problem((), message, Origin(prefix=variable))
+
+
+def _removed(variable: str) -> str | None:
+    hint = REMOVED_VARIABLES.get(variable)
+    if hint is not None:
+        return hint
+    for prefix, family_hint in REMOVED_VARIABLE_PREFIXES.items():
+        if variable.startswith(prefix):
+            return family_hint
+    return None
+
+
+def scan_env(env: Mapping[str, str]) -> EnvScan:
+    """Parse every override variable in ``env``; unknown ``INFERENCE_SERVER_*`` only warn."""
+    overrides: list[PendingOverride] = []
+    problems: list[Problem] = []
+    warnings: list[str] = []
+    candidates = [(var, path) for var, path in ALIAS_VARIABLES.items() if var in env]
+    for variable in sorted(v for v in env if v.startswith(ENV_PREFIX)):
+        hint = _removed(variable)
+        if hint is not None:
+            problems.append(_problem(variable, f"removed variable; {hint}"))
+        elif variable in ENV_OVERRIDES:
+            candidates.append((variable, ENV_OVERRIDES[variable][0]))
+        else:
+            close = difflib.get_close_matches(variable, list(ENV_OVERRIDES), n=1)
+            suggestion = f" (did you mean {close[0]}?)" if close else ""
+            warnings.append(f"ignoring unknown variable {variable}{suggestion}")
+    leaf_types = dict(iter_leaves())
+    for variable, path in candidates:
+        try:
+            value = parse_env_value(env[variable], leaf_types[path])
+        except InvalidValue as exc:
+            problems.append(_problem(variable, str(exc)))
+            continue
+        overrides.append(PendingOverride(variable, path, value))
+    for alias, path in ALIAS_VARIABLES.items():
+        canonical = env_name(path)
+        if alias in env and canonical in env and env[alias] != env[canonical]:
+            warnings.append(
+                f"{alias} and {canonical} both set {format_path(path)}; {canonical} wins"
+            )
+    return EnvScan(tuple(overrides), tuple(problems), tuple(warnings))
+
+
+def parse_hook_threads(env: Mapping[str, str]) -> tuple[int | None, list[Problem]]:
+    """``REACTANT_WORKER_THREADS`` as the hook-pool size (empty or unset → ``None``)."""
+    raw = env.get(WORKER_THREADS_VARIABLE, "").strip()
+    if not raw:
+        return None, []
+    try:
+        threads = int(raw, 10)
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        return None, [_problem(WORKER_THREADS_VARIABLE, f"must be an integer >= 1, got {raw!r}")]
+    return threads, []
+
+
+def _home(env: Mapping[str, str]) -> Path:
+    home = env.get("HOME")
+    return Path(home) if home else Path(pwd.getpwuid(os.getuid()).pw_dir)
+
+
+def _expand(path: str, env: Mapping[str, str]) -> Path:
+    if path == "~" or path.startswith("~/"):
+        return _home(env) / path[2:]
+    return Path(path)
+
+
+def resolve_cache_dir(cache_dir: str, env: Mapping[str, str]) -> Path:
+    """The cache root: ``cache_dir``, else ``$REACTANT_CACHE_DIR``, else the XDG cache path.
+
+    ``$XDG_CACHE_HOME`` is honoured only when absolute (as the XDG spec says); the last resort is
+    ``~/.cache/reactantserver`` with ``~`` from ``env["HOME"]`` (else the password database).
+    A leading ``~/`` in either setting is expanded the same way.
+    """
+    if cache_dir:
+        return _expand(cache_dir, env)
+    explicit = env.get(CACHE_DIR_VARIABLE, "")
+    if explicit:
+        return _expand(explicit, env)
+    xdg = env.get("XDG_CACHE_HOME", "")
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / CACHE_SUBDIR
+    return _home(env) / ".cache" / CACHE_SUBDIR
+
+
+def resolve_autotune_cache_dir(setting: str, cache_dir: Path, env: Mapping[str, str]) -> Path:
+    """``runtime.autotune_cache_dir``: the setting, else ``<cache_dir>/xla-autotune``."""
+    return _expand(setting, env) if setting else cache_dir / AUTOTUNE_CACHE_SUBDIR

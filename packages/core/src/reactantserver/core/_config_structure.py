@@ -1,0 +1,339 @@
+"""Strict cattrs structuring of config mappings and rendering of errors as ``<path>: <message>``.
+
+YAML 1.1 turns ``yes``/``no``/``on``/``off`` into booleans, ``660`` into an int and ``1e-3`` into a
+string; the hooks here never coerce across types, so each pitfall surfaces as an error with a hint.
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import math
+import re
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import attrs
+import cattrs
+from cattrs.errors import (
+    ClassValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationError,
+    IterableValidationNote,
+)
+from cattrs.gen import make_dict_structure_fn, override
+from cattrs.v import format_exception as _cattrs_format_exception
+
+from reactantserver.core._config_fields import (
+    CHECK_KEY,
+    ENV_ONLY_KEY,
+    HAND_PARSED_KEY,
+    STRUCTURE_KEY,
+    Check,
+    InvalidValue,
+)
+from reactantserver.core.errors import ConfigError
+
+__all__ = [
+    "KeyPath",
+    "Origin",
+    "Problem",
+    "config_error",
+    "describe",
+    "format_path",
+    "make_converter",
+    "raise_problems",
+    "structure",
+]
+
+#: A key path inside one config mapping: keys, and list indices as ints.
+KeyPath = tuple[str | int, ...]
+
+_T = TypeVar("_T")
+
+
+@attrs.frozen
+class Origin:
+    """Where a value came from, for error messages.
+
+    ``prefix`` is the key path of the block that held it in the node file (``global``,
+    ``workers[1]``); ``note`` is appended, e.g. ``from INFERENCE_SERVER_RUNTIME_MEM_FRACTION``.
+    """
+
+    prefix: str = ""
+    note: str = ""
+
+
+@attrs.frozen
+class Problem:
+    """One configuration error at ``path``; ``origin`` overrides the origin lookup."""
+
+    path: KeyPath
+    message: str
+    origin: Origin | None = None
+
+
+def format_path(path: Iterable[str | int]) -> str:
+    """``("scheduler", "models", "resnet", "weight")`` → ``scheduler.models.resnet.weight``."""
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else part
+    return text
+
+
+def describe(value: object) -> str:
+    """What a YAML value is, for messages: ``boolean true``, ``string 'yes'``, ``integer 660``."""
+    if value is None:
+        text = "null"
+    elif isinstance(value, bool):
+        text = f"boolean {'true' if value else 'false'}"
+    elif isinstance(value, int):
+        text = f"integer {value}"
+    elif isinstance(value, float):
+        text = f"number {value!r}"
+    elif isinstance(value, str):
+        text = f"string {value!r}"
+    elif isinstance(value, Mapping):
+        text = "a mapping"
+    elif isinstance(value, list | tuple):
+        text = "a list"
+    else:
+        text = type(value).__name__
+    return text
+
+
+_YAML_BOOL_WORDS: Final = frozenset({"yes", "no", "on", "off", "true", "false", "y", "n"})
+
+
+def _strict_bool(value: object, _type: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    hint = ""
+    if isinstance(value, str) and value.strip().lower() in _YAML_BOOL_WORDS:
+        hint = "; write it unquoted (true or false) so YAML reads a boolean"
+    raise InvalidValue(f"expected a boolean (true or false), got {describe(value)}{hint}")
+
+
+def _strict_int(value: object, _type: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    hint = "; write it unquoted" if isinstance(value, str) and value.strip().isdigit() else ""
+    raise InvalidValue(f"expected an integer, got {describe(value)}{hint}")
+
+
+def _strict_float(value: object, _type: object) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise InvalidValue(f"expected a finite number, got {describe(value)}")
+        return number
+    hint = ""
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            pass
+        else:
+            hint = "; YAML 1.1 reads 1e-3 as a string: write it unquoted with a dot (1.0e-3)"
+    raise InvalidValue(f"expected a number, got {describe(value)}{hint}")
+
+
+def _strict_str(value: object, _type: object) -> str:
+    if isinstance(value, str):
+        return value
+    hint = ""
+    if isinstance(value, bool):
+        hint = "; YAML reads unquoted yes/no/on/off/true/false as booleans, so quote it"
+    elif isinstance(value, int | float):
+        hint = "; quote it"
+    raise InvalidValue(f"expected a string, got {describe(value)}{hint}")
+
+
+def _structure_choice(value: object, cls: type[enum.StrEnum]) -> enum.StrEnum:
+    spellings = getattr(cls, "spellings", None)
+    allowed = spellings() if callable(spellings) else ", ".join(m.value for m in cls)
+    if isinstance(value, str):
+        try:
+            return cls(value)
+        except ValueError:
+            pass
+    raise InvalidValue(f"must be one of {allowed}, got {describe(value)}")
+
+
+def _structure_str_tuple(value: object, type_: object) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple):
+        raise InvalidValue(f"expected a list of strings, got {describe(value)}")
+    items: list[str] = []
+    errors: list[Exception] = []
+    for index, item in enumerate(value):
+        try:
+            items.append(_strict_str(item, str))
+        except InvalidValue as exc:
+            exc.__notes__ = [IterableValidationNote(f"index {index}", index, str)]
+            errors.append(exc)
+    if errors:
+        raise IterableValidationError("invalid list items", errors, tuple)
+    return tuple(items)
+
+
+def _field_hook(
+    converter: cattrs.Converter, field: attrs.Attribute[Any]
+) -> Callable[[object, object], object]:
+    check: Check | None = field.metadata.get(CHECK_KEY)
+    pre: Callable[[object], object] | None = field.metadata.get(STRUCTURE_KEY)
+    field_type: Any = field.type
+
+    def hook(value: object, _type: object) -> object:
+        if pre is not None:
+            value = pre(value)
+        result = converter.structure(value, field_type)
+        problem = check(result) if check is not None else None
+        if problem is not None:
+            raise InvalidValue(f"{problem}, got {describe(value)}")
+        return result
+
+    return hook
+
+
+def _is_optional(type_: object) -> bool:
+    args = typing.get_args(type_)
+    return (
+        typing.get_origin(type_) in (typing.Union, types.UnionType)
+        and len(args) == 2
+        and type(None) in args
+    )
+
+
+def make_converter(classes: Sequence[type]) -> cattrs.Converter:
+    """A strict converter for ``classes`` (inner classes first): no extra keys, no coercion."""
+    converter = cattrs.Converter(forbid_extra_keys=True)
+    converter.register_structure_hook(bool, _strict_bool)
+    converter.register_structure_hook(int, _strict_int)
+    converter.register_structure_hook(float, _strict_float)
+    converter.register_structure_hook(str, _strict_str)
+    converter.register_structure_hook_func(lambda t: t == tuple[str, ...], _structure_str_tuple)
+    # Registered on the class: a StrEnum is a str, so the str hook would otherwise match.
+    converter.register_structure_hook(enum.StrEnum, _structure_choice)
+
+    def structure_optional(value: object, type_: object) -> object:
+        # cattrs passes some optional values through unchecked; null means "unset" here.
+        if value is None:
+            return None
+        (inner,) = (arg for arg in typing.get_args(type_) if arg is not type(None))
+        return converter.structure(value, inner)
+
+    converter.register_structure_hook_func(_is_optional, structure_optional)
+    for cls in classes:
+        attrs.resolve_types(cls)
+        overrides: dict[str, Any] = {}
+        for field in attrs.fields(cls):
+            if field.metadata.get(ENV_ONLY_KEY) or field.metadata.get(HAND_PARSED_KEY):
+                overrides[field.name] = override(omit=True)
+            elif CHECK_KEY in field.metadata or STRUCTURE_KEY in field.metadata:
+                overrides[field.name] = override(struct_hook=_field_hook(converter, field))
+        converter.register_structure_hook(cls, make_dict_structure_fn(cls, converter, **overrides))
+    return converter
+
+
+def _format_exception(exc: BaseException, type_: type | None) -> str:
+    if isinstance(exc, InvalidValue | ConfigError):
+        return str(exc)
+    if isinstance(exc, ForbiddenExtraKeysError):
+        # Split back into one problem per key by structure(), so each key gets its own path.
+        return _EXTRA_KEYS + _EXTRA_KEYS.join(sorted(exc.extra_fields))
+    if isinstance(exc, KeyError):
+        return "required key missing"
+    return _cattrs_format_exception(exc, type_)
+
+
+_EXTRA_KEYS: Final = "\x00unknown key\x00"
+_PATH_PART = re.compile(
+    r"\.([A-Za-z_][A-Za-z0-9_]*)"
+    r"""|\[('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|-?[0-9]+)\]"""
+)
+
+
+def _parse_cattrs_path(text: str) -> KeyPath:
+    # transform_error writes $.field, [index] and ['key']; keys are reprs.
+    parts: list[str | int] = []
+    for match in _PATH_PART.finditer(text.removeprefix("$")):
+        name, bracket = match.groups()
+        if name is not None:
+            parts.append(name)
+        else:
+            key = ast.literal_eval(bracket)
+            parts.append(key if isinstance(key, int) else str(key))
+    return tuple(parts)
+
+
+def structure(
+    converter: cattrs.Converter, data: Mapping[str, Any], cls: type[_T], prefix: KeyPath = ()
+) -> tuple[_T | None, list[Problem]]:
+    """Structure ``data`` into ``cls``; on failure ``None`` and one problem per bad key path."""
+    try:
+        return converter.structure(data, cls), []
+    except (ClassValidationError, IterableValidationError, InvalidValue, ConfigError) as exc:
+        problems = []
+        for line in cattrs.transform_error(exc, path="$", format_exception=_format_exception):
+            message, _, path = line.rpartition(" @ $")
+            where = prefix + _parse_cattrs_path("$" + path)
+            if message.startswith(_EXTRA_KEYS):
+                problems += [
+                    Problem((*where, key), "unknown key") for key in message.split(_EXTRA_KEYS)[1:]
+                ]
+            else:
+                problems.append(Problem(where, message))
+        return None, problems
+
+
+def _origin_of(path: KeyPath, origins: Mapping[KeyPath, Origin]) -> Origin:
+    for end in range(len(path), -1, -1):
+        origin = origins.get(path[:end])
+        if origin is not None:
+            return origin
+    return Origin()
+
+
+def raise_problems(
+    problems: Sequence[Problem],
+    origins: Mapping[KeyPath, Origin] | None = None,
+    *,
+    source: Path | None = None,
+) -> None:
+    """Raise :func:`config_error` of ``problems`` unless there are none."""
+    if problems:
+        raise config_error(problems, origins, source=source)
+
+
+def config_error(
+    problems: Sequence[Problem],
+    origins: Mapping[KeyPath, Origin] | None = None,
+    *,
+    source: Path | None = None,
+) -> ConfigError:
+    """One :class:`ConfigError` listing every problem, one ``<path>: <message>`` per line.
+
+    The path is prefixed with the block the value came from and the message names the
+    environment variable when one set it; ``source`` (the file) ends the message.
+    """
+    lines = []
+    for problem in problems:
+        origin = problem.origin or _origin_of(problem.path, origins or {})
+        path = format_path(problem.path)
+        if origin.prefix:
+            path = f"{origin.prefix}.{path}" if path else origin.prefix
+        note = f" ({origin.note})" if origin.note else ""
+        lines.append(f"{path or '<top level>'}: {problem.message}{note}")
+    text = "\n".join(lines)
+    if source is not None:
+        text += f"\n(in {source})" if len(lines) > 1 else f" (in {source})"
+    return ConfigError(text)

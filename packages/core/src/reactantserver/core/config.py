@@ -1,0 +1,235 @@
+"""Node and worker configuration, parsed once at the edge into frozen typed objects (02 §Config).
+
+A worker process calls :func:`load_worker_config` with its command-line values and
+``os.environ``; nothing below it reads the environment::
+
+    config = load_worker_config(node_file=args.node_file, worker=args.worker,
+                                model_repo=args.model_repo, env=os.environ)
+    config.scheduler.for_model("resnet").weight
+
+The supervisor calls :func:`load_node_config`, then :func:`synthesize_workers` once it knows
+the device count. Every error is a :class:`~reactantserver.core.errors.ConfigError` whose lines
+read ``<key path>: <message>``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+
+from reactantserver.core._config_env import (
+    CACHE_DIR_VARIABLE,
+    DEFAULT_NODE_FILE,
+    ENV_OVERRIDES,
+    ENV_PREFIX,
+    NODE_FILE_VARIABLE,
+    WORKER_NAME_VARIABLE,
+    WORKER_THREADS_VARIABLE,
+    resolve_cache_dir,
+)
+from reactantserver.core._config_fields import ENV_ONLY_KEY
+from reactantserver.core._config_keys import REMOVED_KEYS
+from reactantserver.core._config_node import (
+    GpuSpec,
+    ListenConfig,
+    NodeConfig,
+    Role,
+    SupervisorConfig,
+    WorkerEntry,
+)
+from reactantserver.core._config_node import node_config_from_mapping as _parse_node
+from reactantserver.core._config_resolve import (
+    node_config_to_dict,
+    node_worker_configs,
+    resolve_worker_config,
+    synthesize_workers,
+    worker_entries,
+)
+from reactantserver.core._config_schema import (
+    Backend,
+    EndpointsConfig,
+    EnvOverride,
+    GrpcConfig,
+    LogFormat,
+    LoggingConfig,
+    LogLevel,
+    MetaConfig,
+    ModelControlMode,
+    ModelSchedulingConfig,
+    Numerics,
+    Residency,
+    RuntimeConfig,
+    SchedulerConfig,
+    SchedulingDiscipline,
+    TlsConfig,
+    WorkerConfig,
+)
+from reactantserver.core._config_structure import Origin, raise_problems
+from reactantserver.core._config_worker import (
+    Layer,
+    finish_worker_config,
+    merge_layers,
+    set_path,
+    top_level_mapping,
+)
+from reactantserver.core._config_yaml import load_yaml_file
+from reactantserver.core.errors import ConfigError
+
+__all__ = [
+    "CACHE_DIR_VARIABLE",
+    "DEFAULT_NODE_FILE",
+    "ENV_PREFIX",
+    "NODE_FILE_VARIABLE",
+    "REMOVED_KEYS",
+    "STANDALONE_GRPC_PORT",
+    "STANDALONE_METRICS_PORT",
+    "WORKER_NAME_VARIABLE",
+    "WORKER_THREADS_VARIABLE",
+    "Backend",
+    "EndpointsConfig",
+    "EnvOverride",
+    "GpuSpec",
+    "GrpcConfig",
+    "ListenConfig",
+    "LogFormat",
+    "LogLevel",
+    "LoggingConfig",
+    "MetaConfig",
+    "ModelControlMode",
+    "ModelSchedulingConfig",
+    "NodeConfig",
+    "Numerics",
+    "Residency",
+    "Role",
+    "RuntimeConfig",
+    "SchedulerConfig",
+    "SchedulingDiscipline",
+    "SupervisorConfig",
+    "TlsConfig",
+    "WorkerConfig",
+    "WorkerEntry",
+    "env_override_variables",
+    "load_node_config",
+    "load_worker_config",
+    "node_config_from_mapping",
+    "node_config_to_dict",
+    "node_worker_configs",
+    "resolve_cache_dir",
+    "resolve_worker_config",
+    "synthesize_workers",
+    "worker_config_from_mapping",
+    "worker_config_to_dict",
+    "worker_entries",
+]
+
+#: Ports of a standalone worker (``--model-repo DIR``): the node's public ports (09).
+STANDALONE_GRPC_PORT: Final = 8001
+STANDALONE_METRICS_PORT: Final = 8002
+
+
+def env_override_variables() -> dict[str, str]:
+    """Every ``INFERENCE_SERVER_*`` override variable and the dotted key it sets."""
+    return {variable: ".".join(path) for variable, (path, _type) in ENV_OVERRIDES.items()}
+
+
+def worker_config_from_mapping(
+    data: Mapping[str, Any] | None,
+    env: Mapping[str, str],
+    *,
+    worker_name: str | None = None,
+) -> WorkerConfig:
+    """A worker configuration from a mapping of worker keys (tests, embedding).
+
+    ``data`` is checked and structured exactly like a node file's worker block; ``env``
+    overrides are applied and logged; no node-derived value is added.
+    """
+    layer = Layer(top_level_mapping(data, "worker configuration"), Origin())
+    raw, origins, problems = merge_layers([layer])
+    raise_problems(problems)
+    return finish_worker_config(raw, origins, env, worker_name=worker_name)
+
+
+def node_config_from_mapping(
+    data: Mapping[str, Any] | None, env: Mapping[str, str], *, source: Path | None = None
+) -> NodeConfig:
+    """A node configuration from a node file's top-level mapping.
+
+    Besides the node keys, every worker the file implies (one synthesized worker when it lists
+    none) is resolved once against ``env``, silently, so that a bad value fails here, at the
+    supervisor, with its key path.
+    """
+    return _validated_node(data, env, source)
+
+
+def _validated_node(data: object, env: Mapping[str, str], source: Path | None) -> NodeConfig:
+    node = _parse_node(top_level_mapping(data, "node file"), source=source)
+    node_worker_configs(node, env, quiet=True)
+    return node
+
+
+def load_node_config(path: Path, env: Mapping[str, str]) -> NodeConfig:
+    """Read and validate a node file (see :func:`node_config_from_mapping`)."""
+    return _validated_node(load_yaml_file(path), env, path)
+
+
+def _env_value(env: Mapping[str, str], variable: str) -> str | None:
+    value = env.get(variable, "").strip()
+    return value or None
+
+
+def load_worker_config(
+    *,
+    node_file: Path | None = None,
+    worker: str | None = None,
+    model_repo: Path | None = None,
+    env: Mapping[str, str],
+) -> WorkerConfig:
+    """The configuration of this worker process, from its command line and environment.
+
+    - ``model_repo`` (``--model-repo DIR``): standalone; defaults, ``model_dirs = [DIR]`` and
+      the public ports 8001/8002. Exclusive with ``node_file``.
+    - otherwise a node file (``node_file``, else ``$REACTANT_NODE_FILE``, else
+      ``/etc/reactantserver/node.yaml``) and the entry named ``worker``, else
+      ``$REACTANT_WORKER_NAME``; without a name the file must imply exactly one worker.
+    """
+    name = worker or _env_value(env, WORKER_NAME_VARIABLE)
+    if model_repo is not None:
+        if node_file is not None:
+            raise ConfigError("--model-repo and --node-file are mutually exclusive")
+        raw: dict[str, Any] = {}
+        set_path(raw, ("model_dirs",), [str(model_repo)])
+        set_path(raw, ("endpoints", "port"), STANDALONE_GRPC_PORT)
+        set_path(raw, ("endpoints", "metrics_port"), STANDALONE_METRICS_PORT)
+        return finish_worker_config(raw, {}, env, worker_name=name)
+    path = node_file or Path(_env_value(env, NODE_FILE_VARIABLE) or DEFAULT_NODE_FILE)
+    node = _parse_node(top_level_mapping(load_yaml_file(path), "node file"), source=path)
+    if name is None:
+        entries = worker_entries(node)
+        if len(entries) != 1:
+            names = ", ".join(entry.name for entry in entries)
+            raise ConfigError(
+                f"{path} lists {len(entries)} workers ({names}); choose one with --worker or "
+                f"{WORKER_NAME_VARIABLE}"
+            )
+        name = entries[0].name
+    return resolve_worker_config(node, name, env)
+
+
+def _serialize(_instance: Any, _field: Any, value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _file_key(field: attrs.Attribute[Any], value: Any) -> bool:
+    # Env-only fields are not keys; unset optional keys are left out.
+    return not field.metadata.get(ENV_ONLY_KEY) and not (value is None and field.default is None)
+
+
+def worker_config_to_dict(config: WorkerConfig) -> dict[str, Any]:
+    """``config`` as a mapping of worker keys (plain YAML types) that loads back to it."""
+    return attrs.asdict(config, filter=_file_key, value_serializer=_serialize)
