@@ -1,7 +1,12 @@
 """The jax-free substrate every ReactantServer distribution stands on.
 
-Public modules (import them directly, e.g. ``from reactantserver.core import protocol``):
-``protocol`` (generated messages, method paths, hand registration); more land with spec 02.
+Public modules (import them directly, e.g. ``from reactantserver.core import codec``):
+``dtypes`` (element types), ``protocol`` (generated messages, method paths, hand
+registration), ``errors`` (exceptions with their gRPC status), ``types`` (boundary types),
+``codec`` (wire messages <-> boundary types), ``manifest`` (bundle manifests and layout),
+``config`` (node/worker configuration), ``shm`` (system shared-memory registry),
+``weights`` (safetensors reader, weight stores), ``buffer_pool`` (staging allocator),
+``hooks`` (what a bundle's ``model.py`` sees).
 """
 
 from __future__ import annotations
