@@ -15,8 +15,8 @@ one of them fails loudly there first::
 from __future__ import annotations
 
 import threading
-from importlib.metadata import version as _dist_version
 from collections.abc import Sequence
+from importlib.metadata import version as _dist_version
 from typing import Any
 
 import jax
