@@ -11,6 +11,7 @@ the generation::
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -22,10 +23,16 @@ import numpy as np
 
 from reactantserver.core.errors import BundleError
 from reactantserver.core.manifest import BundleLayout, Manifest, load_manifest, resolve_layout
-from reactantserver.core.weights import SafetensorsReader, WeightSpec
+from reactantserver.core.weights import (
+    SafetensorsReader,
+    WeightSpec,
+    WeightStore,
+    weights_digest,
+)
 from reactantserver.worker.runtime.backend import Backend, CompileSpec, Executable, Signature
 from reactantserver.worker.runtime.executable_cache import ExecutableCache
 from reactantserver.worker.runtime.signature import check_entry_signature
+from reactantserver.worker.runtime.weight_cache import StoreWeightSource
 
 __all__ = ["CompiledModule", "LoadedModel", "ModuleKey", "load_bundle"]
 
@@ -79,6 +86,17 @@ class LoadedModel:
             self.weights.read(spec.name, reverse_axes=self.reverse_axes)
             for spec in self.weight_specs
         ]
+
+    def weight_source(self, store: WeightStore) -> StoreWeightSource:
+        """This generation's weights as the weight cache consumes them, floors kept in ``store``.
+
+        The digest covers the file identity, so a weights-only update gets a new shared region.
+        """
+        if self.weights is None:
+            raise BundleError(f"{self.layout.bundle_dir}: model has no weights file")
+        digest = weights_digest(self.name, self.weight_specs, self.weights.identity)
+        fill = functools.partial(self.weights.fill, reverse_axes=self.reverse_axes)
+        return StoreWeightSource(store, self.name, digest, self.weight_specs, fill)
 
     def close(self) -> None:
         """Release the weights file descriptor (the generation is gone)."""
