@@ -146,3 +146,15 @@ def test_second_process_start_skips_compilation(make_bundle: BundleMaker, tmp_pa
     assert (runs[0]["compiles"], runs[0]["hits"]) == (3, 0)
     assert (runs[1]["compiles"], runs[1]["hits"]) == (0, 3)
     assert runs[0]["digest"] == runs[1]["digest"]
+
+
+def test_signature_is_recorded_with_the_entry(backend: JaxBackend, tmp_path: Path) -> None:
+    cache = ExecutableCache(tmp_path, backend)
+    module = _module()
+    assert cache.cached_signature(module, CompileSpec()) is None
+    parsed = backend.signature(module)
+    cache.get_or_compile(module, CompileSpec(), signature=parsed)
+    assert cache.cached_signature(module, CompileSpec()) == parsed
+    (entry,) = _entries(tmp_path)
+    entry.with_suffix(".json").write_text("{not json")
+    assert cache.cached_signature(module, CompileSpec()) is None

@@ -24,9 +24,22 @@ from pathlib import Path
 
 import attrs
 
-from reactantserver.worker.runtime.backend import Backend, CompileSpec, Executable
+from reactantserver.core.dtypes import DType
+from reactantserver.worker.runtime.backend import (
+    Backend,
+    CompileSpec,
+    Executable,
+    Signature,
+    TensorType,
+)
 
-__all__ = ["CacheCounters", "ExecutableCache", "cache_key"]
+__all__ = [
+    "CacheCounters",
+    "ExecutableCache",
+    "cache_key",
+    "signature_from_json",
+    "signature_to_json",
+]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +57,30 @@ def cache_key(module: bytes, opts: CompileSpec, backend: Backend) -> str:
         "device_kind": backend.device_kind,
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def signature_to_json(signature: Signature) -> dict[str, list[list[object]]]:
+    """A JSON-able form of a signature (stored beside an entry so a hit skips MLIR parsing)."""
+    return {
+        "inputs": [[t.dtype.token, list(t.shape)] for t in signature.inputs],
+        "results": [[t.dtype.token, list(t.shape)] for t in signature.results],
+    }
+
+
+def signature_from_json(data: object) -> Signature:
+    """Inverse of :func:`signature_to_json`; ``ValueError`` on anything malformed."""
+    try:
+        assert isinstance(data, dict)
+        parts = [
+            tuple(
+                TensorType(DType.from_token(str(tok)), tuple(int(d) for d in shape))
+                for tok, shape in data[side]
+            )
+            for side in ("inputs", "results")
+        ]
+    except (AssertionError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"malformed cached signature: {exc}") from exc
+    return Signature(parts[0], parts[1])
 
 
 @attrs.define
@@ -99,10 +136,29 @@ class ExecutableCache:
         folder = self.root / key[:2]
         return folder / f"{key}.bin", folder / f"{key}.json"
 
+    def cached_signature(self, module: bytes, opts: CompileSpec) -> Signature | None:
+        """The entry signature recorded with a cached executable of ``module``, if any."""
+        if self.root is None:
+            return None
+        _, note_path = self._paths(cache_key(module, opts, self._backend))
+        try:
+            return signature_from_json(json.loads(note_path.read_bytes())["signature"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
     def get_or_compile(
-        self, module: bytes, opts: CompileSpec, *, model: str = "", file: str = ""
+        self,
+        module: bytes,
+        opts: CompileSpec,
+        *,
+        model: str = "",
+        file: str = "",
+        signature: Signature | None = None,
     ) -> Executable:
-        """The executable for ``module``: from the cache when a valid entry exists."""
+        """The executable for ``module``: from the cache when a valid entry exists.
+
+        ``signature`` (already checked by the caller) is recorded with a new entry.
+        """
         if self.root is None:
             self.counters.compiles += 1
             return self._backend.compile(module, opts)
@@ -116,7 +172,7 @@ class ExecutableCache:
         self.counters.compiles += 1
         exe = self._backend.compile(module, opts)
         try:
-            self._store(exe, blob_path, note_path, model=model, file=file)
+            self._store(exe, blob_path, note_path, model=model, file=file, signature=signature)
         except OSError as exc:
             log.warning("executable cache: cannot store %s: %s", blob_path, exc)
         self.prune()
@@ -143,11 +199,25 @@ class ExecutableCache:
         return exe
 
     def _store(
-        self, exe: Executable, blob_path: Path, note_path: Path, *, model: str, file: str
+        self,
+        exe: Executable,
+        blob_path: Path,
+        note_path: Path,
+        *,
+        model: str,
+        file: str,
+        signature: Signature | None,
     ) -> None:
         blob = self._backend.serialize(exe)
         blob_path.parent.mkdir(mode=0o700, exist_ok=True)
-        note = {"model": model, "file": file, "created": time.time(), "bytes": len(blob)}
+        note: dict[str, object] = {
+            "model": model,
+            "file": file,
+            "created": time.time(),
+            "bytes": len(blob),
+        }
+        if signature is not None:
+            note["signature"] = signature_to_json(signature)
         for path, data in ((blob_path, blob), (note_path, json.dumps(note).encode())):
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
             try:

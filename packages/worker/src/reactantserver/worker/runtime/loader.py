@@ -127,7 +127,8 @@ def load_bundle(
             if module_file.variant is not None:
                 variant = manifest.variants[module_file.variant]
             source = module_file.path.read_bytes()
-            signature = backend.signature(source)
+            # A cache hit carries the signature, which spares an MLIR parse at start-up.
+            signature = cache.cached_signature(source, opts) or backend.signature(source)
             check_entry_signature(
                 signature,
                 manifest,
@@ -137,7 +138,11 @@ def load_bundle(
                 file=module_file.path.name,
             )
             executable = cache.get_or_compile(
-                source, opts, model=manifest.name, file=module_file.path.name
+                source,
+                opts,
+                model=manifest.name,
+                file=module_file.path.name,
+                signature=signature,
             )
             key: ModuleKey = (module_file.variant, module_file.batch_size)
             modules[key] = CompiledModule(key, module_file.path, executable, signature)

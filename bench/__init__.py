@@ -1,0 +1,1 @@
+"""Benchmarks: run ``python -m bench.<name>`` from the repository root (see bench/README.md)."""
