@@ -1,0 +1,1 @@
+"""Example models exported as bundles: ``python -m examples.<name>.export --out DIR``."""
