@@ -100,7 +100,7 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     sources = [f"packages/{p}/src" for p in PACKAGES]
-    session.run("mypy", *sources, "noxfile.py", "tools")
+    session.run("mypy", *sources, "noxfile.py", "tools", "bench", "examples")
     # Test folders share file names across packages; check each on its own.
     for p in PACKAGES:
         session.run("mypy", f"packages/{p}/tests")

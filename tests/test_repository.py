@@ -38,7 +38,8 @@ ALLOWED = {
         "prometheus-client",
     },
     "node": {"reactantserver-core", "reactantserver-gateway", "psutil", "nvidia-ml-py"},
-    "export": {"reactantserver-core", "jax"},
+    # tqdm: issue #4 asks for a well-kept progress library rather than a hand-drawn bar.
+    "export": {"reactantserver-core", "jax", "tqdm"},
 }
 SCRIPTS = {
     "gateway": "reactantserver-gateway",
