@@ -19,3 +19,14 @@ def test_core_import_leaves_jax_out() -> None:
         "assert not [m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib')]"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_mlir_element_types_round_trip() -> None:
+    from reactantserver.core.dtypes import DType
+
+    for member in DType:
+        if member is DType.BYTES:
+            continue
+        assert DType.from_mlir(member.mlir) is member
+    assert DType.BOOL.mlir == "i1"
+    assert DType.F8_E4M3.mlir == "f8E4M3FN"

@@ -79,8 +79,7 @@ def test_argument_order_in_the_wrong_order(tiny_bundle: Path) -> None:
     report = validate(tiny_bundle)
     text = _failures(report)
     assert all(m.status == "UNSERVABLE" for m in report.modules)
-    assert "weight 'dense/w' (argument 1; argument_order position 0): entry has f32[5]" in text
-    assert "expected f32[6,5] (weights file)" in text
+    assert "argument 1 (weight 'dense/w') is 5xf32, expected 6x5xf32" in text
 
 
 def test_truncated_weights(tiny_bundle: Path) -> None:
@@ -106,7 +105,7 @@ def test_module_with_another_signature(tiny: Model, tiny_bundle: Path, models: P
     text = _failures(report)
     assert report.modules[0].status == "UNSERVABLE"
     assert report.modules[1].ok
-    assert "input 'x' (argument 0): entry has f32[1,8], expected f32[1,6]" in text
+    assert "argument 0 (input 'x') is 1x8xf32, expected 1x6xf32" in text
 
 
 def test_reference_mismatch_reports_the_error(tiny: Model, tiny_bundle: Path) -> None:

@@ -83,6 +83,21 @@ class DType(enum.Enum):
         raise ValueError(f"unsupported safetensors dtype {dtype!r}")
 
     @property
+    def mlir(self) -> str:
+        """The MLIR/StableHLO element type (``"f32"``, ``"i1"``); ``ValueError`` for ``bytes``."""
+        if self is DType.BYTES:
+            raise ValueError("bytes tensors have no MLIR element type")
+        return _MLIR[self]
+
+    @classmethod
+    def from_mlir(cls, element_type: str) -> DType:
+        """The member for an MLIR element type string; ``ValueError`` if unsupported."""
+        for member, name in _MLIR.items():
+            if name == element_type:
+                return member
+        raise ValueError(f"unsupported MLIR element type {element_type!r}")
+
+    @property
     def itemsize(self) -> int:
         """Bytes per element; 0 for ``bytes`` (variable length)."""
         return _ITEMSIZE[self]
@@ -148,6 +163,24 @@ _SAFETENSORS: dict[DType, str] = {
     DType.BF16: "BF16",
     DType.F8_E5M2: "F8_E5M2",
     DType.F8_E4M3: "F8_E4M3",
+}
+
+_MLIR: dict[DType, str] = {
+    DType.BOOL: "i1",
+    DType.U8: "ui8",
+    DType.U16: "ui16",
+    DType.U32: "ui32",
+    DType.U64: "ui64",
+    DType.I8: "i8",
+    DType.I16: "i16",
+    DType.I32: "i32",
+    DType.I64: "i64",
+    DType.F16: "f16",
+    DType.F32: "f32",
+    DType.F64: "f64",
+    DType.BF16: "bf16",
+    DType.F8_E5M2: "f8E5M2",
+    DType.F8_E4M3: "f8E4M3FN",
 }
 
 _ITEMSIZE: dict[DType, int] = {

@@ -45,24 +45,6 @@ NEUTRAL_CUSTOM_CALLS = frozenset(
 )
 """Custom-call targets every platform implements; any other ties the module to one platform."""
 
-_ELEMENT_TYPES = {
-    "i1": DType.BOOL,
-    "ui8": DType.U8,
-    "ui16": DType.U16,
-    "ui32": DType.U32,
-    "ui64": DType.U64,
-    "i8": DType.I8,
-    "i16": DType.I16,
-    "i32": DType.I32,
-    "i64": DType.I64,
-    "f16": DType.F16,
-    "f32": DType.F32,
-    "f64": DType.F64,
-    "bf16": DType.BF16,
-    "f8E5M2": DType.F8_E5M2,
-    "f8E4M3FN": DType.F8_E4M3,
-}
-
 # MLIR contexts must not be shared across threads.
 _local = threading.local()
 
@@ -108,7 +90,11 @@ def _type_facts(mlir_type: ir.Type) -> tuple[str, tuple[int, ...], DType | None]
     shape = tuple(
         -1 if ranked.is_dynamic_dim(i) else int(ranked.get_dim_size(i)) for i in range(ranked.rank)
     )
-    return str(mlir_type), shape, _ELEMENT_TYPES.get(str(ranked.element_type))
+    try:
+        dtype: DType | None = DType.from_mlir(str(ranked.element_type))
+    except ValueError:
+        dtype = None
+    return str(mlir_type), shape, dtype
 
 
 def _walk(operation: Any) -> Iterator[Any]:

@@ -22,7 +22,6 @@ from reactantserver.core.hooks import NamedTensor, Registration
 from reactantserver.core.manifest import BundleLayout, Manifest, load_manifest, resolve_layout
 from reactantserver.core.weights import SafetensorsReader, WeightSpec
 from reactantserver.export._hooks_loader import hook_problems, load_registration
-from reactantserver.export._signature import signature_problems
 
 __all__ = ["BundleSession", "ModuleIndex"]
 
@@ -76,7 +75,17 @@ class BundleSession:
             signature = self.backend.signature(module)
         except BundleError as exc:
             return [f"UNSERVABLE: {exc}"]
-        return signature_problems(self.manifest, *index, self.weight_specs, signature)
+        from reactantserver.worker.runtime.signature import signature_problems
+
+        variant, batch = index
+        return signature_problems(
+            signature,
+            self.manifest,
+            self.weight_specs,
+            batch_size=batch,
+            variant=None if variant is None else self.manifest.variants[variant],
+            file=self.module_path(index).name,
+        )
 
     def compile(self, index: ModuleIndex) -> Any:
         """Compile (once) and return the executable of a module."""

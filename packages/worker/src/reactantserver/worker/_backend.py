@@ -44,24 +44,6 @@ __all__ = ["PLATFORM_ALIASES", "JaxBackend", "jax_versions"]
 #: Configuration names of a platform -> the name jax registers the PJRT client under.
 PLATFORM_ALIASES = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda"}
 
-_MLIR_ELEMENT_TYPES = {
-    "i1": DType.BOOL,
-    "ui8": DType.U8,
-    "ui16": DType.U16,
-    "ui32": DType.U32,
-    "ui64": DType.U64,
-    "i8": DType.I8,
-    "i16": DType.I16,
-    "i32": DType.I32,
-    "i64": DType.I64,
-    "f16": DType.F16,
-    "f32": DType.F32,
-    "f64": DType.F64,
-    "bf16": DType.BF16,
-    "f8E5M2": DType.F8_E5M2,
-    "f8E4M3FN": DType.F8_E4M3,
-}
-
 # MLIR contexts are not safe to share across threads; each thread keeps its own.
 _contexts = threading.local()
 
@@ -84,10 +66,10 @@ def _tensor_type(mlir_type: _ir.Type, where: str) -> TensorType:
         ranked = _ir.RankedTensorType(mlir_type)
     except ValueError:
         raise BundleError(f"{where}: {mlir_type} is not a ranked tensor") from None
-    element = str(ranked.element_type)
-    dtype = _MLIR_ELEMENT_TYPES.get(element)
-    if dtype is None:
-        raise BundleError(f"{where}: element type {element} is not supported")
+    try:
+        dtype = DType.from_mlir(str(ranked.element_type))
+    except ValueError as exc:
+        raise BundleError(f"{where}: {exc}") from None
     shape = tuple(
         -1 if ranked.is_dynamic_dim(i) else int(ranked.get_dim_size(i)) for i in range(ranked.rank)
     )

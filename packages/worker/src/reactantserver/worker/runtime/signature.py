@@ -17,7 +17,7 @@ from reactantserver.core.types import Batch, Fixed, TensorSpec
 from reactantserver.core.weights import WeightSpec
 from reactantserver.worker.runtime.backend import Signature, TensorType
 
-__all__ = ["check_entry_signature", "expected_input_extents"]
+__all__ = ["check_entry_signature", "expected_input_extents", "signature_problems"]
 
 # None = any static extent is acceptable on that axis.
 Extents = tuple[int | None, ...]
@@ -54,14 +54,68 @@ def _render(extents: Extents, token: str) -> str:
     return f"{dims}x{token}" if dims else token
 
 
-def _check(actual: TensorType, dtype_token: str, extents: Extents, what: str) -> None:
+def _problem(actual: TensorType, dtype_token: str, extents: Extents, what: str) -> str | None:
     matches = (
         actual.dtype.token == dtype_token
         and len(actual.shape) == len(extents)
         and all(e is None or e == a for e, a in zip(extents, actual.shape, strict=True))
     )
-    if not matches:
-        raise BundleError(f"{what} is {actual}, expected {_render(extents, dtype_token)}")
+    if matches:
+        return None
+    return f"{what} is {actual}, expected {_render(extents, dtype_token)}"
+
+
+def signature_problems(
+    signature: Signature,
+    manifest: Manifest,
+    weights: Sequence[WeightSpec],
+    *,
+    batch_size: int,
+    variant: Variant | None,
+    file: str,
+) -> list[str]:
+    """Every way ``signature`` breaks the bundle's declaration (empty = servable).
+
+    ``weights`` are the materialised weight specs in ``argument_order`` (for a 2.0 bundle,
+    already axis-reversed); ``batch_size`` 0 means the unbatched ``model.mlir``. Each
+    message names the file, the argument or result, and expected vs actual.
+    """
+    where = f"{manifest.source.rsplit('/', 1)[0]}/{file}" if manifest.source else file
+    problems: list[str] = []
+    if not signature.static:
+        problems.append(
+            f"{where}: entry signature has dynamic dimensions ({_list(signature.inputs)}); "
+            "shape-polymorphic modules are not supported"
+        )
+    n_inputs, n_weights = len(manifest.executable_inputs), len(weights)
+    if len(signature.inputs) != n_inputs + n_weights:
+        problems.append(
+            f"{where}: entry has {len(signature.inputs)} arguments, manifest + weights declare "
+            f"{n_inputs + n_weights} (inputs {n_inputs} + weights {n_weights})"
+        )
+    extents = expected_input_extents(manifest, batch_size, variant)
+    wanted = [
+        (spec.dtype.token, ext, f"argument {i} (input {spec.name!r})")
+        for i, (spec, ext) in enumerate(zip(manifest.executable_inputs, extents, strict=True))
+    ]
+    wanted += [
+        (w.dtype.token, tuple(w.shape), f"argument {n_inputs + j} (weight {w.name!r})")
+        for j, w in enumerate(weights)
+    ]
+    for actual, (token, ext, what) in zip(signature.inputs, wanted, strict=False):
+        problems.append(_problem(actual, token, ext, f"{where}: {what}") or "")
+    outputs = manifest.executable_outputs
+    if len(signature.results) != len(outputs):
+        problems.append(
+            f"{where}: entry returns {len(signature.results)} results, manifest declares "
+            f"{len(outputs)} executable outputs"
+        )
+    for k, (actual, spec) in enumerate(zip(signature.results, outputs, strict=False)):
+        what = f"{where}: result {k} (output {spec.name!r})"
+        problems.append(
+            _problem(actual, spec.dtype.token, _extents(spec, batch_size, {}), what) or ""
+        )
+    return [p for p in problems if p]
 
 
 def check_entry_signature(
@@ -73,52 +127,12 @@ def check_entry_signature(
     variant: Variant | None,
     file: str,
 ) -> None:
-    """Raise ``BundleError`` unless ``signature`` is exactly what the bundle declares.
-
-    ``weights`` are the materialised weight specs in ``argument_order`` (for a 2.0 bundle,
-    already axis-reversed); ``batch_size`` 0 means the unbatched ``model.mlir``.
-    """
-    where = f"{manifest.source.rsplit('/', 1)[0]}/{file}" if manifest.source else file
-    if not signature.static:
-        raise BundleError(
-            f"{where}: entry signature has dynamic dimensions ({_list(signature.inputs)}); "
-            "shape-polymorphic modules are not supported"
-        )
-    n_inputs, n_weights = len(manifest.executable_inputs), len(weights)
-    if len(signature.inputs) != n_inputs + n_weights:
-        raise BundleError(
-            f"{where}: entry has {len(signature.inputs)} arguments, manifest + weights declare "
-            f"{n_inputs + n_weights} (inputs {n_inputs} + weights {n_weights})"
-        )
-    extents = expected_input_extents(manifest, batch_size, variant)
-    for i, (spec, ext) in enumerate(zip(manifest.executable_inputs, extents, strict=True)):
-        _check(
-            signature.inputs[i],
-            spec.dtype.token,
-            ext,
-            f"{where}: argument {i} (input {spec.name!r})",
-        )
-    for j, weight in enumerate(weights):
-        i = n_inputs + j
-        _check(
-            signature.inputs[i],
-            weight.dtype.token,
-            tuple(weight.shape),
-            f"{where}: argument {i} (weight {weight.name!r})",
-        )
-    outputs = manifest.executable_outputs
-    if len(signature.results) != len(outputs):
-        raise BundleError(
-            f"{where}: entry returns {len(signature.results)} results, manifest declares "
-            f"{len(outputs)} executable outputs"
-        )
-    for k, spec in enumerate(outputs):
-        _check(
-            signature.results[k],
-            spec.dtype.token,
-            _extents(spec, batch_size, {}),
-            f"{where}: result {k} (output {spec.name!r})",
-        )
+    """Raise ``BundleError`` (naming every problem) unless ``signature`` is as declared."""
+    problems = signature_problems(
+        signature, manifest, weights, batch_size=batch_size, variant=variant, file=file
+    )
+    if problems:
+        raise BundleError("; ".join(problems))
 
 
 def _list(types: Sequence[TensorType]) -> str:
