@@ -156,8 +156,13 @@ class JaxBackend:
         return buf
 
     def execute(self, exe: Executable, args: Sequence[DeviceBuffer]) -> list[DeviceBuffer]:
-        """Run ``exe``; PJRT releases the GIL while the device works."""
+        """Run ``exe`` and wait for its results; PJRT releases the GIL while the device works.
+
+        Waiting here keeps the scheduler's split of execution vs output-transfer time honest.
+        """
         results: list[DeviceBuffer] = exe.execute(list(args))
+        for result in results:
+            result.block_until_ready()
         return results
 
     def to_host(self, buf: DeviceBuffer) -> np.ndarray[Any, Any]:

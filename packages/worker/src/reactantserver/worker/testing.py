@@ -14,6 +14,14 @@ tested on the CPU::
 An execution holds ``scratch_bytes`` of the arena while it runs; going over ``bytes_limit``
 (with weights, inputs, scratch and outputs) raises :class:`MockOutOfMemoryError`, whose
 message reads like XLA's.
+
+For timing-free scheduler tests, a :class:`FakeClock` shared by the backend and the scheduler
+makes every execution take exactly the ``duration_s`` its module was registered with::
+
+    clock = FakeClock()
+    backend = MockBackend(clock=clock)
+    backend.register(b"slow", lambda x: [x], duration_s=0.010)  # each run: clock += 10 ms
+    scheduler = Scheduler(backend, clock=clock)
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from reactantserver.worker.runtime.backend import CompileSpec, MemoryStats, Sign
 
 __all__ = [
     "MOCK_DEVICE_KIND",
+    "FakeClock",
     "MockBackend",
     "MockBuffer",
     "MockExecutable",
@@ -65,11 +74,12 @@ class MockBuffer:
 
 @attrs.define(eq=False)
 class MockExecutable:
-    """A "compiled" module: the registered function and its scratch need."""
+    """A "compiled" module: the registered function, its scratch need and its duration."""
 
     module: bytes
     fn: MockFn
     scratch_bytes: int
+    duration_s: float = 0.0
     freed: bool = False
 
 
@@ -78,6 +88,22 @@ class _Registration:
     fn: MockFn
     signature: Signature | None
     scratch_bytes: int
+    duration_s: float = 0.0
+
+
+class FakeClock:
+    """A manual ``time.monotonic_ns`` stand-in: call it for the time, :meth:`advance` it."""
+
+    def __init__(self, start_ns: int = 1_000_000_000) -> None:
+        self.now_ns = start_ns
+
+    def __call__(self) -> int:
+        """The current time in nanoseconds."""
+        return self.now_ns
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward by ``seconds``."""
+        self.now_ns += round(seconds * 1e9)
 
 
 def _digest(module: bytes) -> bytes:
@@ -98,8 +124,10 @@ class MockBackend:
         bytes_limit: int | None = None,
         platform: str = "cpu",
         device_kind: str = MOCK_DEVICE_KIND,
+        clock: FakeClock | None = None,
     ) -> None:
         self.platform = platform
+        self.clock = clock
         self.device_kind = device_kind
         self.version_material = f"mock|{platform}"
         self.bytes_limit = bytes_limit
@@ -125,9 +153,13 @@ class MockBackend:
         signature: Signature | None = None,
         *,
         scratch_bytes: int = 0,
+        duration_s: float = 0.0,
     ) -> None:
-        """Make ``module`` compile to ``fn`` (which gets one host array per argument)."""
-        self._modules[module] = _Registration(fn, signature, scratch_bytes)
+        """Make ``module`` compile to ``fn`` (which gets one host array per argument).
+
+        With a ``clock``, each execution advances it by ``duration_s``.
+        """
+        self._modules[module] = _Registration(fn, signature, scratch_bytes, duration_s)
         self._by_digest[_digest(module)] = module
 
     def fail_next_execution(self, error: BaseException | None = None, *, times: int = 1) -> None:
@@ -156,7 +188,7 @@ class MockBackend:
         """The executable of a registered module; :class:`BundleError` for any other bytes."""
         reg = self._registration(module)
         self.compiles += 1
-        return MockExecutable(module, reg.fn, reg.scratch_bytes)
+        return MockExecutable(module, reg.fn, reg.scratch_bytes, reg.duration_s)
 
     def serialize(self, exe: MockExecutable) -> bytes:
         """A blob naming the module by digest."""
@@ -168,7 +200,7 @@ class MockBackend:
         if not blob.startswith(_SERIAL_PREFIX) or module is None:
             raise ValueError("not a serialized mock executable of a registered module")
         reg = self._modules[module]
-        return MockExecutable(module, reg.fn, reg.scratch_bytes)
+        return MockExecutable(module, reg.fn, reg.scratch_bytes, reg.duration_s)
 
     def signature(self, module: bytes) -> Signature:
         """The signature registered with the module."""
@@ -211,6 +243,8 @@ class MockBackend:
         finally:
             self.bytes_in_use -= exe.scratch_bytes
         self.executions += 1
+        if self.clock is not None:
+            self.clock.advance(exe.duration_s)
         return outputs
 
     def to_host(self, buf: MockBuffer) -> NDArray:

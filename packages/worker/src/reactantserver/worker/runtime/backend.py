@@ -129,7 +129,7 @@ class Backend(Protocol):
         ...
 
     def execute(self, exe: Executable, args: Sequence[DeviceBuffer]) -> list[DeviceBuffer]:
-        """Run ``exe`` on device buffers; results stay on the device."""
+        """Run ``exe`` on device buffers and wait until its results are ready (on the device)."""
         ...
 
     def to_host(self, buf: DeviceBuffer) -> np.ndarray[Any, Any]:

@@ -1,0 +1,62 @@
+"""The worker-wide in-flight cap (04 §Limits, ``endpoints.max_concurrent_requests``).
+
+Every ``ModelInfer`` call and every stream message holds one slot from decode to response;
+health, metadata and control RPCs are exempt. Over the cap a request fails at once with
+``RESOURCE_EXHAUSTED``::
+
+    with limiter.slot():
+        outputs = await scheduler.infer(...)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+
+from reactantserver.core.errors import OverloadedError
+
+__all__ = ["InflightLimiter"]
+
+
+class InflightLimiter:
+    """Counts in-flight inference requests; ``limit`` 0 means unlimited.
+
+    ``shed`` counts refusals (``worker_requests_shed_total``).
+    """
+
+    def __init__(self, limit: int) -> None:
+        if limit < 0:
+            raise ValueError(f"limit must be >= 0, got {limit}")
+        self.limit = limit
+        self.in_flight = 0
+        self.shed = 0
+        self._lock = threading.Lock()
+
+    def try_acquire(self) -> bool:
+        """Take a slot; ``False`` (and one more shed) when the cap is reached."""
+        with self._lock:
+            if self.limit and self.in_flight >= self.limit:
+                self.shed += 1
+                return False
+            self.in_flight += 1
+            return True
+
+    def release(self) -> None:
+        """Give a slot back."""
+        with self._lock:
+            if self.in_flight <= 0:
+                raise RuntimeError("release without a matching acquire")
+            self.in_flight -= 1
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[None]:
+        """Hold a slot for the block; :class:`OverloadedError` when none is free."""
+        if not self.try_acquire():
+            raise OverloadedError(
+                f"too many concurrent inference requests (limit {self.limit}); retry later"
+            )
+        try:
+            yield
+        finally:
+            self.release()

@@ -1,0 +1,215 @@
+"""Queued requests and each model's queue (04 §Queue ordering and priority).
+
+A model's queue keeps committed meta sub-calls first (arrival order), then the other
+requests by effective priority (lower = more urgent), FIFO within a level. A request's
+result reaches its caller through a :class:`Completion`: an asyncio future resolved with
+``call_soon_threadsafe`` for event-loop callers, or a ``concurrent.futures.Future`` for
+threads (meta sub-calls, benchmarks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import concurrent.futures
+import contextlib
+import enum
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
+
+import attrs
+import numpy as np
+
+from reactantserver.worker.scheduler.model import ScheduledModel
+
+__all__ = [
+    "Completion",
+    "FutureCompletion",
+    "LoopCompletion",
+    "ModelQueue",
+    "Pending",
+    "State",
+]
+
+Outputs = list[np.ndarray[Any, Any]]
+
+
+class Completion(Protocol):
+    """Where a request's outcome goes; both methods are called at most once, from any thread."""
+
+    def resolve(self, outputs: Outputs) -> None:
+        """Deliver the executable outputs of the request."""
+        ...
+
+    def fail(self, exc: BaseException) -> None:
+        """Deliver an error."""
+        ...
+
+
+class FutureCompletion:
+    """Completes a ``concurrent.futures.Future`` (ignored when the caller cancelled it)."""
+
+    def __init__(self, future: concurrent.futures.Future[Outputs] | None = None) -> None:
+        self.future: concurrent.futures.Future[Outputs] = future or concurrent.futures.Future()
+
+    def resolve(self, outputs: Outputs) -> None:
+        """Set the result unless the future is already done."""
+        with contextlib.suppress(concurrent.futures.InvalidStateError):
+            self.future.set_result(outputs)
+
+    def fail(self, exc: BaseException) -> None:
+        """Set the exception unless the future is already done."""
+        with contextlib.suppress(concurrent.futures.InvalidStateError):
+            self.future.set_exception(exc)
+
+
+def _settle(
+    future: asyncio.Future[Outputs], outputs: Outputs | None, exc: BaseException | None
+) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(outputs if outputs is not None else [])
+
+
+class LoopCompletion:
+    """Completes an asyncio future on its own event loop, from the dispatch thread."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Outputs]) -> None:
+        self.loop = loop
+        self.future = future
+
+    def resolve(self, outputs: Outputs) -> None:
+        """Schedule the result on the loop (dropped if the loop is closed)."""
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(_settle, self.future, outputs, None)
+
+    def fail(self, exc: BaseException) -> None:
+        """Schedule the exception on the loop (dropped if the loop is closed)."""
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(_settle, self.future, None, exc)
+
+
+class State(enum.Enum):
+    """Where a request is in its life."""
+
+    QUEUED = "queued"
+    TAKEN = "taken"
+    """Dequeued into a batch; it will be answered by the dispatch thread."""
+    DONE = "done"
+    CANCELLED = "cancelled"
+
+
+@attrs.define(eq=False)
+class Pending:
+    """One admitted request: executable-order arrays plus everything the scheduler needs.
+
+    ``deadline_ns`` is absolute ``time.monotonic_ns()`` (``None`` = none); ``priority`` is
+    the effective priority (>= 1).
+    """
+
+    model: ScheduledModel
+    inputs: Sequence[np.ndarray[Any, Any]]
+    rows: int
+    variant: int | None
+    priority: int
+    committed: bool
+    enqueue_ns: int
+    deadline_ns: int | None
+    completion: Completion
+    seq: int
+    state: State = State.QUEUED
+
+    @property
+    def sort_key(self) -> tuple[int, int, int]:
+        """Committed first (arrival order), then priority, then arrival."""
+        return (0, 0, self.seq) if self.committed else (1, self.priority, self.seq)
+
+    @property
+    def deadline(self) -> float:
+        """The deadline, or +inf."""
+        return math.inf if self.deadline_ns is None else self.deadline_ns
+
+    def coalesces_with(self, other: Pending) -> bool:
+        """Same generation and same variant: their inputs concatenate."""
+        return self.model is other.model and self.variant == other.variant
+
+    def expired(self, now_ns: int, margin_ns: int = 0) -> bool:
+        """Whether the deadline falls at or before ``now + margin``."""
+        return self.deadline_ns is not None and now_ns + margin_ns >= self.deadline_ns
+
+
+class ModelQueue:
+    """The queue of one model name (all generations), in dispatch order."""
+
+    def __init__(self) -> None:
+        self._items: list[Pending] = []
+        self._keys: list[tuple[int, int, int]] = []
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[Pending]:
+        return iter(self._items)
+
+    def __getitem__(self, index: int) -> Pending:
+        return self._items[index]
+
+    def push(self, request: Pending) -> None:
+        """Insert ``request`` at its place in the order."""
+        key = request.sort_key
+        i = bisect.bisect_right(self._keys, key)
+        self._keys.insert(i, key)
+        self._items.insert(i, request)
+
+    def remove(self, request: Pending) -> bool:
+        """Remove one request; ``False`` when it is not queued here."""
+        key = request.sort_key
+        i = bisect.bisect_left(self._keys, key)
+        if i < len(self._items) and self._items[i] is request:
+            del self._keys[i]
+            del self._items[i]
+            return True
+        return False
+
+    def remove_all(self, requests: Sequence[Pending]) -> None:
+        """Remove several requests (each must be queued here)."""
+        if len(requests) == 1:
+            self.remove(requests[0])
+            return
+        gone = {id(r) for r in requests}
+        kept = [(k, r) for k, r in zip(self._keys, self._items, strict=True) if id(r) not in gone]
+        self._keys = [k for k, _ in kept]
+        self._items = [r for _, r in kept]
+
+    def window(self, head: Pending, limit: float) -> list[Pending]:
+        """``head`` then the requests behind it that coalesce with it, in order.
+
+        Collection stops at the first request that does not coalesce, or once the rows
+        collected reach ``limit`` (the planner needs no more).
+        """
+        window = [head]
+        if not head.model.coalescable:
+            return window
+        total = head.rows
+        for request in self._items:
+            if total >= limit:
+                break
+            if request is head:
+                continue
+            if not request.coalesces_with(head):
+                break
+            window.append(request)
+            total += request.rows
+        return window
+
+    def min_deadline(self) -> float:
+        """The earliest deadline among queued requests (+inf when none has one)."""
+        return min((r.deadline for r in self._items), default=math.inf)
+
+    def expired(self, now_ns: int) -> list[Pending]:
+        """Queued requests whose deadline has passed."""
+        return [r for r in self._items if r.expired(now_ns)]

@@ -1,0 +1,143 @@
+"""Per-model scheduler statistics: what ``/metrics`` and ``ModelStatistics`` report (04, 05, 12).
+
+The dispatch thread writes a :class:`ModelStats` under the scheduler lock after every
+dispatch; readers take a :class:`StatsSnapshot` (an immutable copy) under the same lock.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+__all__ = ["QUEUE_WAIT_SAMPLES", "BatchStats", "ModelStats", "StatsSnapshot", "nearest_rank"]
+
+QUEUE_WAIT_SAMPLES = 1024
+"""Queue waits kept per model for the percentiles (a ring of the most recent)."""
+
+
+def nearest_rank(samples: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q``-quantile (``0 < q <= 1``) of ``samples``; 0.0 when empty."""
+    if not samples:
+        return 0.0
+    ordered = sorted(samples)
+    rank = max(1, math.ceil(q * len(ordered)))
+    return ordered[rank - 1]
+
+
+@attrs.frozen
+class BatchStats:
+    """Dispatches at one compiled size and their compute split (nanoseconds)."""
+
+    count: int = 0
+    input_ns: int = 0
+    infer_ns: int = 0
+    output_ns: int = 0
+
+
+@attrs.frozen
+class StatsSnapshot:
+    """A copy of one model's counters at one instant (cumulative since install)."""
+
+    dispatch_count: int = 0
+    requests_served: int = 0
+    rows_served: int = 0
+    compute_seconds: float = 0.0
+    recent_load: float = 0.0
+    queue_depth: int = 0
+    queue_wait_count: int = 0
+    queue_wait_ns: int = 0
+    queue_wait_p50: float = 0.0
+    queue_wait_p99: float = 0.0
+    batches: Mapping[int, BatchStats] = attrs.field(factory=dict)
+    failed: int = 0
+    expired: int = 0
+    cancelled: int = 0
+    shed: int = 0
+    last_dispatch_ns: int = 0
+
+    @property
+    def batch_histogram(self) -> dict[int, int]:
+        """Dispatches per compiled size."""
+        return {b: s.count for b, s in self.batches.items()}
+
+
+@attrs.define
+class ModelStats:
+    """Mutable counters of one model (the dispatch thread writes them under the lock)."""
+
+    dispatch_count: int = 0
+    requests_served: int = 0
+    rows_served: int = 0
+    compute_seconds: float = 0.0
+    queue_wait_count: int = 0
+    queue_wait_ns: int = 0
+    waits: collections.deque[float] = attrs.field(
+        factory=lambda: collections.deque(maxlen=QUEUE_WAIT_SAMPLES)
+    )
+    batches: dict[int, BatchStats] = attrs.field(factory=dict)
+    failed: int = 0
+    """Requests that got an execution error."""
+    expired: int = 0
+    """Requests answered ``DEADLINE_EXCEEDED`` by the scheduler (purge or dispatch admission)."""
+    cancelled: int = 0
+    """Requests the client cancelled while still queued."""
+    shed: int = 0
+    """Requests refused because the model's queue was full."""
+    last_dispatch_ns: int = 0
+
+    def record_waits(self, waits_ns: Sequence[int]) -> None:
+        """Queue waits of requests entering a dispatch."""
+        for wait in waits_ns:
+            self.waits.append(wait * 1e-9)
+        self.queue_wait_count += len(waits_ns)
+        self.queue_wait_ns += sum(waits_ns)
+
+    def record_dispatch(
+        self,
+        *,
+        batch: int,
+        requests: int,
+        rows: int,
+        input_ns: int,
+        infer_ns: int,
+        output_ns: int,
+        now_ns: int,
+    ) -> None:
+        """One successful execution at compiled size ``batch``."""
+        self.dispatch_count += 1
+        self.requests_served += requests
+        self.rows_served += rows
+        self.compute_seconds += (input_ns + infer_ns + output_ns) * 1e-9
+        old = self.batches.get(batch, BatchStats())
+        self.batches[batch] = BatchStats(
+            old.count + 1,
+            old.input_ns + input_ns,
+            old.infer_ns + infer_ns,
+            old.output_ns + output_ns,
+        )
+        self.last_dispatch_ns = now_ns
+
+    def snapshot(self, *, queue_depth: int, recent_load: float) -> StatsSnapshot:
+        """An immutable copy, with the percentiles computed now."""
+        waits = list(self.waits)
+        return StatsSnapshot(
+            dispatch_count=self.dispatch_count,
+            requests_served=self.requests_served,
+            rows_served=self.rows_served,
+            compute_seconds=self.compute_seconds,
+            recent_load=recent_load,
+            queue_depth=queue_depth,
+            queue_wait_count=self.queue_wait_count,
+            queue_wait_ns=self.queue_wait_ns,
+            queue_wait_p50=nearest_rank(waits, 0.5),
+            queue_wait_p99=nearest_rank(waits, 0.99),
+            batches=dict(self.batches),
+            failed=self.failed,
+            expired=self.expired,
+            cancelled=self.cancelled,
+            shed=self.shed,
+            last_dispatch_ns=self.last_dispatch_ns,
+        )
