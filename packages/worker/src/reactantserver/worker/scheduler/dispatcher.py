@@ -15,19 +15,16 @@ executes outside it (XLA releases the GIL), so requests keep arriving::
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-import attrs
 import numpy as np
 
-from reactantserver.core.config import SchedulerConfig, SchedulingDiscipline
+from reactantserver.core.config import SchedulerConfig
 from reactantserver.core.errors import (
     DeadlineExceededError,
     ModelNotFoundError,
@@ -38,17 +35,10 @@ from reactantserver.core.hooks import NamedTensor
 from reactantserver.worker.runtime.backend import Backend
 from reactantserver.worker.runtime.probe import RunKey
 from reactantserver.worker.runtime.weight_cache import WeightCache
-from reactantserver.worker.scheduler._execute import Execution, execute
+from reactantserver.worker.scheduler._dispatch import Dispatcher
+from reactantserver.worker.scheduler._state import SchedulerState, Work
 from reactantserver.worker.scheduler.costs import CostTable
-from reactantserver.worker.scheduler.disciplines import (
-    PlannedBatch,
-    select_edf,
-    select_fair,
-    select_fifo,
-)
-from reactantserver.worker.scheduler.fair import RecentLoad, shares
 from reactantserver.worker.scheduler.model import ScheduledModel
-from reactantserver.worker.scheduler.planning import fit_batch, plan_batch
 from reactantserver.worker.scheduler.queue import (
     Completion,
     FutureCompletion,
@@ -66,17 +56,6 @@ SHUTTING_DOWN = "server is shutting down"
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 Outputs = list[np.ndarray[Any, Any]]
-_Control = tuple[Callable[[], Any], "concurrent.futures.Future[Any] | None"]
-
-
-@attrs.define
-class _Work:
-    """What one turn of the dispatch loop does outside the lock."""
-
-    controls: list[_Control] = attrs.Factory(list)
-    expired: list[Pending] = attrs.Factory(list)
-    taken: list[Pending] = attrs.Factory(list)
-    batch: int = 0
 
 
 class Scheduler:
@@ -96,56 +75,49 @@ class Scheduler:
         clock: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         self.config = config or SchedulerConfig()
-        self._backend = backend
         self._cache = cache
         self._clock = clock
-        self._cond = threading.Condition()
-        self._models: dict[str, ScheduledModel] = {}
-        self._queues: dict[str, ModelQueue] = {}
-        self._queued = 0
-        self._committed: collections.deque[Pending] = collections.deque()
-        self._controls: collections.deque[_Control] = collections.deque()
-        self._stats: dict[str, ModelStats] = {}
-        self._load = RecentLoad(self.config.ema_halflife_seconds)
-        self.costs = CostTable(self.config.cost_ema_alpha)
-        self._seq = 0
-        self._stopping = False
-        self._finished = False
-        self._stop_deadline_ns = 0
+        self._s = SchedulerState(self.config)
+        self._dispatcher = Dispatcher(self._s, backend, cache, clock)
         self._thread: threading.Thread | None = None
         if cache is not None:
             cache.busy = self.busy
+
+    @property
+    def costs(self) -> CostTable:
+        """The learned cost table (read it under no lock only in tests)."""
+        return self._s.costs
 
     # -- models ----------------------------------------------------------------------------
 
     def add_model(self, model: ScheduledModel) -> None:
         """Install a generation; an older one of the same name stops admitting and drains."""
-        with self._cond:
-            old = self._models.get(model.name)
-            self._models[model.name] = model
-            self._queues.setdefault(model.name, ModelQueue())
-            self._stats.setdefault(model.name, ModelStats())
+        with self._s.cond:
+            old = self._s.models.get(model.name)
+            self._s.models[model.name] = model
+            self._s.queues.setdefault(model.name, ModelQueue())
+            self._s.stats.setdefault(model.name, ModelStats())
             if old is not None and old is not model:
-                self._retire_locked(old)
+                self._s.retire_locked(old)
 
     def remove_model(self, name: str) -> ScheduledModel | None:
         """Stop admitting ``name``; its queued requests still run, then ``on_drained`` fires."""
-        with self._cond:
-            model = self._models.pop(name, None)
+        with self._s.cond:
+            model = self._s.models.pop(name, None)
             if model is not None:
-                self._retire_locked(model)
-                self._load.forget(name)
+                self._s.retire_locked(model)
+                self._s.load.forget(name)
             return model
 
     def model(self, name: str) -> ScheduledModel | None:
         """The admitting generation of ``name``."""
-        with self._cond:
-            return self._models.get(name)
+        with self._s.cond:
+            return self._s.models.get(name)
 
     def seed_costs(self, costs: Mapping[RunKey, float]) -> None:
         """Seed the cost table from start-up measurements (probe / warmup)."""
-        with self._cond:
-            self.costs.seed(costs)
+        with self._s.cond:
+            self._s.costs.seed(costs)
 
     # -- admission -------------------------------------------------------------------------
 
@@ -171,19 +143,19 @@ class Scheduler:
         if deadline_ns is not None and now >= deadline_ns:
             raise DeadlineExceededError(f"deadline exceeded before model '{name}' queued it")
         arrays, variant, rows = model.prepare(tensors)
-        with self._cond:
-            if self._stopping:
+        with self._s.cond:
+            if self._s.stopping:
                 raise ShuttingDownError(SHUTTING_DOWN)
-            if self._models.get(name) is not model:
+            if self._s.models.get(name) is not model:
                 # Replaced while validating: the new generation may have other specs.
                 raise ShuttingDownError(f"model '{name}' was reloaded; retry the request")
-            queue = self._queues[name]
+            queue = self._s.queues[name]
             if len(queue) >= self.config.max_queue_depth:
-                self._stats[name].shed += 1
+                self._s.stats[name].shed += 1
                 raise OverloadedError(
                     f"queue for model '{name}' is full ({self.config.max_queue_depth})"
                 )
-            self._seq += 1
+            self._s.seq += 1
             request = Pending(
                 model=model,
                 inputs=arrays,
@@ -194,14 +166,14 @@ class Scheduler:
                 enqueue_ns=self._clock(),
                 deadline_ns=deadline_ns,
                 completion=completion,
-                seq=self._seq,
+                seq=self._s.seq,
             )
             queue.push(request)
-            self._queued += 1
+            self._s.queued += 1
             model.outstanding += 1
             if committed:
-                self._committed.append(request)
-            self._cond.notify()
+                self._s.committed.append(request)
+            self._s.cond.notify()
             return request
 
     async def infer(
@@ -266,16 +238,16 @@ class Scheduler:
 
     def cancel(self, request: Pending) -> bool:
         """Withdraw a queued request (the caller went away); ``False`` once it was taken."""
-        with self._cond:
+        with self._s.cond:
             if request.state is not State.QUEUED:
                 return False
-            self._queues[request.model.name].remove(request)
-            self._queued -= 1
+            self._s.queues[request.model.name].remove(request)
+            self._s.queued -= 1
             request.state = State.CANCELLED
-            stats = self._stats.get(request.model.name)
+            stats = self._s.stats.get(request.model.name)
             if stats is not None:
                 stats.cancelled += 1
-            self._release_locked([request])
+            self._s.release_locked([request])
         request.completion.fail(asyncio.CancelledError())
         return True
 
@@ -284,43 +256,43 @@ class Scheduler:
     def control(self, fn: Callable[[], _T]) -> concurrent.futures.Future[_T]:
         """Run ``fn`` on the dispatch thread before the next selection; its future."""
         future: concurrent.futures.Future[_T] = concurrent.futures.Future()
-        with self._cond:
-            if self._finished:
+        with self._s.cond:
+            if self._s.finished:
                 future.set_exception(ShuttingDownError(SHUTTING_DOWN))
                 return future
-            self._controls.append((fn, future))
-            self._cond.notify()
+            self._s.controls.append((fn, future))
+            self._s.cond.notify()
         return future
 
     # -- statistics ------------------------------------------------------------------------
 
     def busy(self, name: str) -> bool:
         """Whether ``name`` has queued requests (the weight cache evicts busy models last)."""
-        queue = self._queues.get(name)
+        queue = self._s.queues.get(name)
         return bool(queue)
 
     def queue_depth(self, name: str) -> int:
         """Requests of ``name`` queued now."""
-        with self._cond:
-            queue = self._queues.get(name)
+        with self._s.cond:
+            queue = self._s.queues.get(name)
             return len(queue) if queue is not None else 0
 
     def stats(self, name: str) -> StatsSnapshot | None:
         """A snapshot of ``name``'s counters (``None`` for an unknown model)."""
-        with self._cond:
-            stats = self._stats.get(name)
+        with self._s.cond:
+            stats = self._s.stats.get(name)
             if stats is None:
                 return None
-            queue = self._queues.get(name)
+            queue = self._s.queues.get(name)
             return stats.snapshot(
                 queue_depth=len(queue) if queue is not None else 0,
-                recent_load=self._load.value(name, self._clock()),
+                recent_load=self._s.load.value(name, self._clock()),
             )
 
     def all_stats(self) -> dict[str, StatsSnapshot]:
         """Snapshots of every model with counters."""
-        with self._cond:
-            names = list(self._stats)
+        with self._s.cond:
+            names = list(self._s.stats)
         return {name: s for name in names if (s := self.stats(name)) is not None}
 
     # -- the dispatch loop -----------------------------------------------------------------
@@ -328,7 +300,7 @@ class Scheduler:
     @property
     def stopping(self) -> bool:
         """Whether :meth:`stop` was called."""
-        return self._stopping
+        return self._s.stopping
 
     def start(self) -> None:
         """Start the dispatch thread."""
@@ -343,11 +315,11 @@ class Scheduler:
         Every request still queued after the grace and every pending control command fails
         with ``UNAVAILABLE``; no caller is left waiting.
         """
-        with self._cond:
-            if not self._stopping:
-                self._stopping = True
-                self._stop_deadline_ns = self._clock() + int(grace_s * 1e9)
-            self._cond.notify_all()
+        with self._s.cond:
+            if not self._s.stopping:
+                self._s.stopping = True
+                self._s.stop_deadline_ns = self._clock() + int(grace_s * 1e9)
+            self._s.cond.notify_all()
         if self._thread is not None:
             if self._thread is not threading.current_thread():
                 self._thread.join()
@@ -369,46 +341,45 @@ class Scheduler:
         try:
             while (work := self._next(wait=True)) is not None:
                 self._do(work)
-        except BaseException:
+        except BaseException:  # a bug here must still answer every caller (below)
             _log.exception("the dispatch loop failed; failing every queued request")
-            raise
         finally:
             self._finish()
 
-    def _next(self, *, wait: bool) -> _Work | None:
-        with self._cond:
+    def _next(self, *, wait: bool) -> Work | None:
+        with self._s.cond:
             while True:
-                if self._controls:
-                    controls = list(self._controls)
-                    self._controls.clear()
-                    return _Work(controls=controls)
+                if self._s.controls:
+                    controls = list(self._s.controls)
+                    self._s.controls.clear()
+                    return Work(controls=controls)
                 now = self._clock()
-                if self._stopping and (not self._queued or now >= self._stop_deadline_ns):
+                if self._s.stopping and (not self._s.queued or now >= self._s.stop_deadline_ns):
                     return None
-                if self._queued:
-                    work = self._take_locked(now)
+                if self._s.queued:
+                    work = self._s.take_locked(now)
                     if work.taken or work.expired:
                         return work
                     continue
                 if not wait:
                     return None
                 timeout = None
-                if self._stopping:
-                    timeout = max(0.0, (self._stop_deadline_ns - now) * 1e-9)
-                self._cond.wait(timeout)
+                if self._s.stopping:
+                    timeout = max(0.0, (self._s.stop_deadline_ns - now) * 1e-9)
+                self._s.cond.wait(timeout)
 
-    def _do(self, work: _Work) -> None:
+    def _do(self, work: Work) -> None:
         for fn, future in work.controls:
             self._run_control(fn, future)
         for request in work.expired:
             request.completion.fail(DeadlineExceededError("deadline exceeded while queued"))
         if work.taken:
             try:
-                self._dispatch(work.taken, work.batch)
+                self._dispatcher.dispatch(work.taken, work.batch)
             except BaseException as exc:  # a bug must not strand the callers
                 _log.exception("dispatch of %r failed", work.taken[0].model.name)
-                self._settle(work.taken, exc)
-        self._maybe_compact()
+                self._dispatcher.settle(work.taken, exc)
+        self._dispatcher.maybe_compact()
 
     def _run_control(
         self, fn: Callable[[], Any], future: concurrent.futures.Future[Any] | None
@@ -426,221 +397,23 @@ class Scheduler:
             if future is not None:
                 future.set_result(result)
 
-    # -- selection (under the lock) --------------------------------------------------------
-
-    def _take_locked(self, now: int) -> _Work:
-        name, front = self._select_locked(now)
-        queue = self._queues[name]
-        work = _Work()
-        expired = queue.expired(now)
-        if expired:
-            queue.remove_all(expired)
-            self._queued -= len(expired)
-            for request in expired:
-                request.state = State.DONE
-            self._stats[name].expired += len(expired)
-            self._release_locked(expired)
-            work.expired = expired
-            if front is not None and front.state is not State.QUEUED:
-                front = None
-        if not queue:
-            return work
-        taken, batch = self._plan_locked(queue, front or queue[0])
-        queue.remove_all(taken)
-        self._queued -= len(taken)
-        for request in taken:
-            request.state = State.TAKEN
-        self._stats[name].record_waits([now - r.enqueue_ns for r in taken])
-        work.taken, work.batch = taken, batch
-        return work
-
-    def _select_locked(self, now: int) -> tuple[str, Pending | None]:
-        while self._committed:
-            request = self._committed[0]
-            if request.state is State.QUEUED:
-                return request.model.name, request
-            self._committed.popleft()
-        queues = {name: q for name, q in self._queues.items() if q}
-        discipline = self.config.discipline
-        if discipline is SchedulingDiscipline.FIFO or len(queues) == 1:
-            return select_fifo(queues), None
-        if discipline is SchedulingDiscipline.EDF:
-            return select_edf(queues), None
-        weights = {name: m.weight for name, m in self._models.items()}
-        for name, queue in queues.items():
-            weights.setdefault(name, queue[0].model.weight)
-
-        def plan(name: str) -> PlannedBatch:
-            queue = queues[name]
-            taken, batch = self._plan_locked(queue, queue[0])
-            return PlannedBatch(batch, len(taken))
-
-        return (
-            select_fair(
-                queues,
-                plan,
-                share=shares(weights),
-                nema=self._load.normalised(weights, now),
-                cost=self.costs.get,
-                cap=self.config.recency_penalty_cap,
-                discount=self.config.coalescing_discount,
-            ),
-            None,
-        )
-
-    def _plan_locked(self, queue: ModelQueue, head: Pending) -> tuple[list[Pending], int]:
-        model = head.model
-        sizes = model.sizes[head.variant]
-        cap = model.max_batch_size
-        limit = min(math.inf if cap is None else cap, sizes[-1])
-        window = queue.window(head, limit)
-        measured = None
-        if self.config.pad_up_when_cheaper and model.coalescable:
-            name = model.name
-            measured = lambda s: self.costs.measured(name, s)  # noqa: E731
-        plan = plan_batch(
-            [r.rows for r in window],
-            sizes,
-            cap=cap,
-            coalescable=model.coalescable,
-            measured=measured,
-        )
-        return window[: plan.count], plan.batch
-
-    def _retire_locked(self, model: ScheduledModel) -> None:
-        model.admitting = False
-        if model.outstanding == 0:
-            self._drained_locked(model)
-
-    def _release_locked(self, requests: Sequence[Pending]) -> None:
-        for request in requests:
-            model = request.model
-            model.outstanding -= 1
-            if model.outstanding == 0 and not model.admitting:
-                self._drained_locked(model)
-
-    def _drained_locked(self, model: ScheduledModel) -> None:
-        if model.on_drained is not None:
-            self._controls.append((model.on_drained, None))
-            self._cond.notify()
-
-    # -- dispatch (outside the lock) -------------------------------------------------------
-
-    def _dispatch(self, taken: list[Pending], batch: int) -> None:
-        model = taken[0].model
-        now = self._clock()
-        margin_ns = 0
-        if self.config.discipline is SchedulingDiscipline.EDF:
-            measured = self.costs.measured(model.name, batch)
-            margin_ns = int(measured * 1e9) if measured is not None else 0
-        admitted: list[Pending] = []
-        late: list[Pending] = []
-        for request in taken:
-            margin = 0 if request.committed else margin_ns
-            (late if request.expired(now, margin) else admitted).append(request)
-        if late:
-            for request in late:
-                request.completion.fail(
-                    DeadlineExceededError("deadline exceeded before the request could run")
-                )
-            with self._cond:
-                for request in late:
-                    request.state = State.DONE
-                if (stats := self._stats.get(model.name)) is not None:
-                    stats.expired += len(late)
-                self._release_locked(late)
-        if not admitted:
-            return
-        if late and model.coalescable:
-            batch = fit_batch(model.sizes[admitted[0].variant], sum(r.rows for r in admitted))
-        self._run_isolated(admitted, batch)
-
-    def _run_isolated(self, requests: list[Pending], batch: int) -> None:
-        """Execute; if a merged dispatch fails, re-run each request alone once."""
-        try:
-            done = execute(self._backend, self._cache, requests, batch, self._clock)
-        except Exception as exc:
-            if len(requests) == 1:
-                self._settle(requests, exc)
-                return
-            _log.warning(
-                "batch of %d requests for %r failed (%s); retrying each alone",
-                len(requests),
-                requests[0].model.name,
-                exc,
-            )
-            for request in requests:
-                alone = batch
-                if request.model.coalescable:
-                    alone = fit_batch(request.model.sizes[request.variant], request.rows)
-                try:
-                    single = execute(self._backend, self._cache, [request], alone, self._clock)
-                except Exception as single_exc:
-                    self._settle([request], single_exc)
-                else:
-                    self._finish_dispatch([request], single)
-            return
-        self._finish_dispatch(requests, done)
-
-    def _finish_dispatch(self, requests: list[Pending], done: Execution) -> None:
-        # Counters first, so a caller that reads them after its result sees this dispatch.
-        name = requests[0].model.name
-        now = self._clock()
-        with self._cond:
-            for request in requests:
-                request.state = State.DONE
-            stats = self._stats.get(name)
-            if stats is not None:
-                stats.record_dispatch(
-                    batch=done.batch,
-                    requests=len(requests),
-                    rows=sum(r.rows for r in requests),
-                    input_ns=done.input_ns,
-                    infer_ns=done.infer_ns,
-                    output_ns=done.output_ns,
-                    now_ns=now,
-                )
-            self.costs.record(name, done.batch, done.seconds)
-            self._load.add(name, done.seconds, now)
-            self._release_locked(requests)
-        for request, outputs in zip(requests, done.results, strict=True):
-            request.completion.resolve(outputs)
-
-    def _settle(self, requests: Sequence[Pending], exc: BaseException) -> None:
-        """Fail requests that did not get results."""
-        pending = [r for r in requests if r.state is State.TAKEN]
-        for request in pending:
-            request.completion.fail(exc)
-        with self._cond:
-            for request in pending:
-                request.state = State.DONE
-            if pending and (stats := self._stats.get(pending[0].model.name)) is not None:
-                stats.failed += len(pending)
-            self._release_locked(pending)
-
-    def _maybe_compact(self) -> None:
-        interval = self.config.compaction_interval
-        cache = self._cache
-        if interval and cache is not None and cache.loads_since_compaction >= interval:
-            cache.compact()
-
     def _finish(self) -> None:
         """Fail everything left (after the loop ends); nothing is left hanging."""
-        with self._cond:
-            self._stopping = True
-            self._finished = True
-            left = [r for q in self._queues.values() for r in q]
-            for queue in self._queues.values():
+        with self._s.cond:
+            self._s.stopping = True
+            self._s.finished = True
+            left = [r for q in self._s.queues.values() for r in q]
+            for queue in self._s.queues.values():
                 queue.remove_all(list(queue))
-            self._queued = 0
-            self._committed.clear()
-            controls = list(self._controls)
-            self._controls.clear()
+            self._s.queued = 0
+            self._s.committed.clear()
+            controls = list(self._s.controls)
+            self._s.controls.clear()
             for request in left:
                 request.state = State.DONE
-            self._release_locked(left)
-            drained = list(self._controls)
-            self._controls.clear()
+            self._s.release_locked(left)
+            drained = list(self._s.controls)
+            self._s.controls.clear()
         error = ShuttingDownError(SHUTTING_DOWN)
         for request in left:
             request.completion.fail(error)

@@ -1,0 +1,170 @@
+"""The scheduler's shared state and what the dispatch thread does under its lock (04).
+
+One :class:`threading.Condition` guards everything here: per-model queues, the committed
+list, the control queue, statistics, the fair EMAs and the cost table. The dispatch thread
+holds it only for :meth:`SchedulerState.take_locked` (select a model, purge its expired
+requests, plan and dequeue a batch); admission and cancellation hold it to insert/remove.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import math
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from reactantserver.core.config import SchedulerConfig, SchedulingDiscipline
+from reactantserver.worker.scheduler.costs import CostTable
+from reactantserver.worker.scheduler.disciplines import (
+    PlannedBatch,
+    select_edf,
+    select_fair,
+    select_fifo,
+)
+from reactantserver.worker.scheduler.fair import RecentLoad, shares
+from reactantserver.worker.scheduler.model import ScheduledModel
+from reactantserver.worker.scheduler.planning import plan_batch
+from reactantserver.worker.scheduler.queue import ModelQueue, Pending, State
+from reactantserver.worker.scheduler.stats import ModelStats
+
+__all__ = ["Control", "SchedulerState", "Work"]
+
+#: A closure to run on the dispatch thread and the future of its result (``None``: nobody waits).
+Control = tuple[Callable[[], Any], "concurrent.futures.Future[Any] | None"]
+
+
+@attrs.define
+class Work:
+    """What one turn of the dispatch loop does outside the lock."""
+
+    controls: list[Control] = attrs.Factory(list)
+    expired: list[Pending] = attrs.Factory(list)
+    taken: list[Pending] = attrs.Factory(list)
+    batch: int = 0
+
+
+@attrs.define
+class SchedulerState:
+    """Everything the lock guards. Methods ending in ``_locked`` need ``cond`` held."""
+
+    config: SchedulerConfig
+    cond: threading.Condition = attrs.Factory(threading.Condition)
+    models: dict[str, ScheduledModel] = attrs.Factory(dict)
+    """The admitting generation of each model."""
+    queues: dict[str, ModelQueue] = attrs.Factory(dict)
+    queued: int = 0
+    committed: collections.deque[Pending] = attrs.Factory(collections.deque)
+    controls: collections.deque[Control] = attrs.Factory(collections.deque)
+    stats: dict[str, ModelStats] = attrs.Factory(dict)
+    load: RecentLoad = attrs.field(init=False)
+    costs: CostTable = attrs.field(init=False)
+    seq: int = 0
+    stopping: bool = False
+    finished: bool = False
+    stop_deadline_ns: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        self.load = RecentLoad(self.config.ema_halflife_seconds)
+        self.costs = CostTable(self.config.cost_ema_alpha)
+
+    def take_locked(self, now: int) -> Work:
+        name, front = self.select_locked(now)
+        queue = self.queues[name]
+        work = Work()
+        expired = queue.expired(now)
+        if expired:
+            queue.remove_all(expired)
+            self.queued -= len(expired)
+            for request in expired:
+                request.state = State.DONE
+            self.stats[name].expired += len(expired)
+            self.release_locked(expired)
+            work.expired = expired
+            if front is not None and front.state is not State.QUEUED:
+                front = None
+        if not queue:
+            return work
+        taken, batch = self.plan_locked(queue, front or queue[0])
+        queue.remove_all(taken)
+        self.queued -= len(taken)
+        for request in taken:
+            request.state = State.TAKEN
+        self.stats[name].record_waits([now - r.enqueue_ns for r in taken])
+        work.taken, work.batch = taken, batch
+        return work
+
+    def select_locked(self, now: int) -> tuple[str, Pending | None]:
+        while self.committed:
+            request = self.committed[0]
+            if request.state is State.QUEUED:
+                return request.model.name, request
+            self.committed.popleft()
+        queues = {name: q for name, q in self.queues.items() if q}
+        discipline = self.config.discipline
+        if discipline is SchedulingDiscipline.FIFO or len(queues) == 1:
+            return select_fifo(queues), None
+        if discipline is SchedulingDiscipline.EDF:
+            return select_edf(queues), None
+        weights = {name: m.weight for name, m in self.models.items()}
+        for name, queue in queues.items():
+            weights.setdefault(name, queue[0].model.weight)
+
+        def plan(name: str) -> PlannedBatch:
+            queue = queues[name]
+            taken, batch = self.plan_locked(queue, queue[0])
+            return PlannedBatch(batch, len(taken))
+
+        return (
+            select_fair(
+                queues,
+                plan,
+                share=shares(weights),
+                nema=self.load.normalised(weights, now),
+                cost=self.costs.get,
+                cap=self.config.recency_penalty_cap,
+                discount=self.config.coalescing_discount,
+            ),
+            None,
+        )
+
+    def plan_locked(self, queue: ModelQueue, head: Pending) -> tuple[list[Pending], int]:
+        model = head.model
+        sizes = model.sizes[head.variant]
+        cap = model.max_batch_size
+        limit = min(math.inf if cap is None else cap, sizes[-1])
+        window = queue.window(head, limit)
+        measured = None
+        if self.config.pad_up_when_cheaper and model.coalescable:
+            name = model.name
+            measured = lambda s: self.costs.measured(name, s)  # noqa: E731
+        plan = plan_batch(
+            [r.rows for r in window],
+            sizes,
+            cap=cap,
+            coalescable=model.coalescable,
+            measured=measured,
+        )
+        return window[: plan.count], plan.batch
+
+    def retire_locked(self, model: ScheduledModel) -> None:
+        model.admitting = False
+        if model.outstanding == 0:
+            self.drained_locked(model)
+
+    def release_locked(self, requests: Sequence[Pending]) -> None:
+        for request in requests:
+            model = request.model
+            model.outstanding -= 1
+            if model.outstanding == 0 and not model.admitting:
+                self.drained_locked(model)
+
+    def drained_locked(self, model: ScheduledModel) -> None:
+        if model.on_drained is not None:
+            self.controls.append((model.on_drained, None))
+            self.cond.notify()
+
+    # -- dispatch (outside the lock) -------------------------------------------------------
