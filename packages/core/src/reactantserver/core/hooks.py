@@ -44,7 +44,7 @@ def _as_array(value: Any) -> np.ndarray[Any, Any]:
     return np.asarray(value)
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class NamedTensor:
     """A named array: what hooks receive and return, and what requests carry."""
 

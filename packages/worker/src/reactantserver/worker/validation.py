@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from reactantserver.core.dtypes import DType
 from reactantserver.core.errors import InvalidArgumentError
 from reactantserver.core.hooks import NamedTensor
 from reactantserver.core.types import Fixed, TensorSpec
@@ -26,9 +27,21 @@ def _wire(shape: Sequence[int]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
-def check_tensor(spec: TensorSpec, array: np.ndarray[Any, Any], *, model: str) -> None:
-    """Dtype, rank and FIXED extents of one tensor (batch and variable axes accept any)."""
-    kind = "input"
+def _dtype_name(dtype: DType) -> str:
+    """The KServe name where there is one (FP8 types have none: their manifest token)."""
+    try:
+        return dtype.kserve
+    except ValueError:
+        return dtype.token
+
+
+def check_tensor(
+    spec: TensorSpec, array: np.ndarray[Any, Any], *, model: str, kind: str = "input"
+) -> None:
+    """Dtype, rank and FIXED extents of one tensor (batch and variable axes accept any).
+
+    ``kind`` names the tensor's role in messages (``"input"``, ``"output"``).
+    """
     try:
         got = NamedTensor(spec.name, array).dtype
     except (KeyError, ValueError, TypeError):
@@ -37,8 +50,8 @@ def check_tensor(spec: TensorSpec, array: np.ndarray[Any, Any], *, model: str) -
         ) from None
     if got is not spec.dtype:
         raise InvalidArgumentError(
-            f"{kind} '{spec.name}' of model '{model}' has datatype {got.kserve}, "
-            f"expected {spec.dtype.kserve}"
+            f"{kind} '{spec.name}' of model '{model}' has datatype {_dtype_name(got)}, "
+            f"expected {_dtype_name(spec.dtype)}"
         )
     shape = array.shape
     if len(shape) != len(spec.shape):
