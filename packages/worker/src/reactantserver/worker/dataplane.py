@@ -1,0 +1,165 @@
+"""The worker's data plane: one decoded request in, one response out, no transport in sight.
+
+The gRPC (and later REST) handlers decode a wire message into an
+:class:`~reactantserver.core.types.InferRequest`, call :meth:`DataPlane.infer`, and encode
+the :class:`~reactantserver.core.types.InferResponse`; every failure is a
+:class:`~reactantserver.core.errors.ReactantError` carrying its status (04 §Request
+admission)::
+
+    plane = DataPlane(registry, scheduler, pool, limiter=InflightLimiter(64))
+    response = await plane.infer(request)
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from reactantserver.core.errors import (
+    DeadlineExceededError,
+    InvalidArgumentError,
+    ModelUnavailableError,
+)
+from reactantserver.core.hooks import NamedTensor
+from reactantserver.core.manifest import Manifest
+from reactantserver.core.types import InferRequest, InferResponse, OutputRequest
+from reactantserver.worker.hooks import run_in_pool, run_postprocess, run_preprocess
+from reactantserver.worker.registry import ModelEntry, ModelRegistry
+from reactantserver.worker.scheduler.dispatcher import Scheduler
+from reactantserver.worker.scheduler.limits import InflightLimiter
+from reactantserver.worker.validation import order_tensors
+
+__all__ = ["DataPlane", "RequestStats"]
+
+
+@attrs.frozen
+class RequestStats:
+    """Handler-level outcomes of one model's requests (``ModelStatistics`` success/fail)."""
+
+    success_count: int = 0
+    success_ns: int = 0
+    fail_count: int = 0
+    fail_ns: int = 0
+    last_inference_ms: int = 0
+    """Milliseconds since the Unix epoch of the last completed request (0: none yet)."""
+
+
+class DataPlane:
+    """Admission checks, hooks and the scheduler round trip of regular models."""
+
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        scheduler: Scheduler,
+        pool: concurrent.futures.Executor,
+        *,
+        limiter: InflightLimiter | None = None,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        self.registry = registry
+        self.scheduler = scheduler
+        self.pool = pool
+        self.limiter = limiter or InflightLimiter(0)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._stats: dict[str, RequestStats] = {}
+
+    def request_stats(self, name: str) -> RequestStats:
+        """Cumulative handler outcomes of ``name``."""
+        with self._lock:
+            return self._stats.get(name, RequestStats())
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """Serve one request; raises a ``ReactantError`` subclass on any failure.
+
+        The in-flight cap is taken first (``RESOURCE_EXHAUSTED`` at once when full).
+        """
+        with self.limiter.slot():
+            started = self._clock()
+            name = request.model_name
+            ok = False
+            try:
+                entry = self.registry.resolve(name, request.model_version)
+                response = await self._infer(entry, request)
+                ok = True
+                return response
+            finally:
+                if self.registry.get(name) is not None:
+                    self._record(name, self._clock() - started, ok=ok)
+
+    async def _infer(self, entry: ModelEntry, request: InferRequest) -> InferResponse:
+        manifest = entry.manifest
+        if manifest is None or entry.scheduled is None:
+            raise ModelUnavailableError(f"model '{entry.name}' is not servable")
+        if request.deadline_ns is not None and self._clock() >= request.deadline_ns:
+            raise DeadlineExceededError(f"deadline exceeded before model '{entry.name}' ran")
+        _check_requested(manifest, request.outputs)
+        arrays = order_tensors(manifest.client_inputs, request.inputs, model=entry.name)
+        tensors = [
+            NamedTensor(spec.name, array)
+            for spec, array in zip(manifest.client_inputs, arrays, strict=True)
+        ]
+        hooks = entry.hooks
+        if hooks.preprocess is not None:
+            tensors = await run_in_pool(
+                self.pool,
+                run_preprocess,
+                entry.name,
+                hooks,
+                tensors,
+                manifest.executable_inputs,
+            )
+        outputs = await self.scheduler.infer(
+            entry.name, tensors, deadline_ns=request.deadline_ns, priority=request.priority
+        )
+        named = [
+            NamedTensor(spec.name, array)
+            for spec, array in zip(manifest.executable_outputs, outputs, strict=True)
+        ]
+        if hooks.postprocess is not None:
+            named = await run_in_pool(
+                self.pool,
+                run_postprocess,
+                entry.name,
+                hooks,
+                named,
+                manifest.client_outputs,
+            )
+        return InferResponse(model_name=entry.name, model_version="1", id=request.id, outputs=named)
+
+    def _record(self, name: str, elapsed_ns: int, *, ok: bool) -> None:
+        now_ms = time.time_ns() // 1_000_000
+        with self._lock:
+            old = self._stats.get(name, RequestStats())
+            if ok:
+                new = attrs.evolve(
+                    old,
+                    success_count=old.success_count + 1,
+                    success_ns=old.success_ns + elapsed_ns,
+                    last_inference_ms=now_ms,
+                )
+            else:
+                new = attrs.evolve(
+                    old, fail_count=old.fail_count + 1, fail_ns=old.fail_ns + elapsed_ns
+                )
+            self._stats[name] = new
+
+
+def _check_requested(manifest: Manifest, requested: Sequence[OutputRequest]) -> None:
+    """Requested outputs must be declared client outputs, each named once (before any work)."""
+    declared = {spec.name for spec in manifest.client_outputs}
+    seen: set[str] = set()
+    for output in requested:
+        if output.name not in declared:
+            raise InvalidArgumentError(
+                f"unknown requested output '{output.name}' for model '{manifest.name}'"
+            )
+        if output.name in seen:
+            raise InvalidArgumentError(
+                f"output '{output.name}' of model '{manifest.name}' is requested more than once"
+            )
+        seen.add(output.name)
