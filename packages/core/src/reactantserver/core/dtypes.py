@@ -115,17 +115,12 @@ class DType(enum.Enum):
     @classmethod
     def from_numpy(cls, dtype: Any) -> DType:
         """The member for a NumPy dtype (or anything ``np.dtype`` accepts)."""
-        dt = np.dtype(dtype)
+        dt = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
+        member = _numpy_index().get(dt)
+        if member is not None:
+            return member
         if dt.kind in "OSU":
             return DType.BYTES
-        for member in cls:
-            if member is DType.BYTES:
-                continue
-            try:
-                if _numpy_dtype(member) == dt:
-                    return member
-            except ValueError:
-                continue
         raise ValueError(f"no dtype token for NumPy dtype {dt}")
 
 
@@ -238,3 +233,17 @@ def _numpy_dtype(member: DType) -> np.dtype[Any]:
         raise ValueError(f"{member.token} needs the ml_dtypes package") from None
     scalar_type: type[Any] = getattr(ml_dtypes, _ML_DTYPES_NAMES[member])
     return np.dtype(scalar_type)
+
+
+@functools.cache
+def _numpy_index() -> dict[np.dtype[Any], DType]:
+    """NumPy dtype → member, built once (first member wins, as the manifest order says)."""
+    index: dict[np.dtype[Any], DType] = {}
+    for member in DType:
+        if member is DType.BYTES:
+            continue
+        try:
+            index.setdefault(_numpy_dtype(member), member)
+        except ValueError:
+            continue
+    return index

@@ -20,7 +20,7 @@ from reactantserver.core.errors import InvalidArgumentError
 from reactantserver.core.hooks import NamedTensor
 from reactantserver.core.types import Fixed, TensorSpec
 
-__all__ = ["batch_rows", "check_tensor", "order_tensors"]
+__all__ = ["batch_rows", "check_tensor", "checked_inputs", "order_tensors"]
 
 
 def _wire(shape: Sequence[int]) -> str:
@@ -74,6 +74,13 @@ def order_tensors(
 
     Every declared input must be present, none undeclared or repeated.
     """
+    return checked_inputs(specs, tensors, model=model)[0]
+
+
+def checked_inputs(
+    specs: Sequence[TensorSpec], tensors: Sequence[NamedTensor], *, model: str
+) -> tuple[list[np.ndarray[Any, Any]], int]:
+    """:func:`order_tensors` plus the request's rows (:func:`batch_rows`), checked once."""
     by_name: dict[str, np.ndarray[Any, Any]] = {}
     for tensor in tensors:
         if tensor.name in by_name:
@@ -92,8 +99,7 @@ def order_tensors(
             raise InvalidArgumentError(f"model '{model}' expects input '{spec.name}', missing")
         check_tensor(spec, array, model=model)
         arrays.append(array)
-    batch_rows(specs, arrays, model=model)
-    return arrays
+    return arrays, batch_rows(specs, arrays, model=model)
 
 
 def batch_rows(

@@ -34,6 +34,7 @@ from reactantserver.worker.scheduler.queue import (
     ModelQueue,
     Pending,
     State,
+    resolve_all,
 )
 from reactantserver.worker.scheduler.stats import (
     QUEUE_WAIT_SAMPLES,
@@ -70,6 +71,7 @@ __all__ = [
     "fit_batch",
     "nearest_rank",
     "plan_batch",
+    "resolve_all",
     "select_edf",
     "select_fair",
     "select_fifo",

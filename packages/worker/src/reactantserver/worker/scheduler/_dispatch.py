@@ -17,7 +17,7 @@ from reactantserver.worker.runtime.weight_cache import WeightCache
 from reactantserver.worker.scheduler._execute import Execution, execute
 from reactantserver.worker.scheduler._state import SchedulerState
 from reactantserver.worker.scheduler.planning import fit_batch
-from reactantserver.worker.scheduler.queue import Pending, State
+from reactantserver.worker.scheduler.queue import Pending, State, resolve_all
 
 __all__ = ["Dispatcher"]
 
@@ -116,8 +116,7 @@ class Dispatcher:
             self._s.costs.record(name, done.batch, done.seconds)
             self._s.load.add(name, done.seconds, now)
             self._s.release_locked(requests)
-        for request, outputs in zip(requests, done.results, strict=True):
-            request.completion.resolve(outputs)
+        resolve_all([(r.completion, out) for r, out in zip(requests, done.results, strict=True)])
 
     def settle(self, requests: Sequence[Pending], exc: BaseException) -> None:
         """Fail requests that did not get results."""

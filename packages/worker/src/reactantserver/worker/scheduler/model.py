@@ -22,7 +22,7 @@ from reactantserver.core.manifest import VariableAxis
 from reactantserver.core.types import TensorSpec
 from reactantserver.worker.runtime.backend import Executable
 from reactantserver.worker.runtime.loader import LoadedModel
-from reactantserver.worker.validation import batch_rows, order_tensors
+from reactantserver.worker.validation import checked_inputs
 
 __all__ = ["ProgramKey", "ScheduledModel"]
 
@@ -120,8 +120,7 @@ class ScheduledModel:
         ``arrays`` follow the executable input order. Raises :class:`InvalidArgumentError`
         for any spec mismatch, an uncompiled variant or a row count no program can run.
         """
-        arrays = order_tensors(self.inputs, tensors, model=self.name)
-        rows = batch_rows(self.inputs, arrays, model=self.name)
+        arrays, rows = checked_inputs(self.inputs, tensors, model=self.name)
         variant = self._variant(arrays)
         sizes = self.sizes[variant]
         if sizes == (0,):
