@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -299,16 +298,6 @@ def test_cancel_after_the_request_was_taken_returns_false_and_discards_the_resul
     assert stats is not None
     assert (stats.cancelled, stats.requests_served, stats.failed) == (0, 1, 0)
     assert not h.scheduler.cancel(holder[0].pending)
-
-
-@pytest.fixture
-def started() -> Iterator[Harness]:
-    h = Harness(discipline=FIFO, real_clock=True)
-    h.start()
-    try:
-        yield h
-    finally:
-        h.close()
 
 
 def test_cancelling_the_awaiting_task_withdraws_a_queued_request(started: Harness) -> None:

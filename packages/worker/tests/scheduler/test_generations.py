@@ -8,7 +8,7 @@ runs on the dispatch thread (as a control) after its last request.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -173,16 +173,6 @@ def test_a_model_added_again_after_removal_admits_and_stays_separate() -> None:
     np.testing.assert_array_equal(old.value(), row(1) * SCALE)
     np.testing.assert_array_equal(new.value(), row(2) + 1000)
     assert [(r.generation, r.batch) for r in h.runs] == [(1, 1), (2, 1)]
-
-
-@pytest.fixture
-def started() -> Iterator[Harness]:
-    h = Harness(discipline=FIFO, real_clock=True)
-    h.start()
-    try:
-        yield h
-    finally:
-        h.close()
 
 
 def test_on_drained_runs_on_the_dispatch_thread(started: Harness) -> None:
