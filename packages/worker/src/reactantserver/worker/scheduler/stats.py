@@ -122,22 +122,14 @@ class ModelStats:
 
     def snapshot(self, *, queue_depth: int, recent_load: float) -> StatsSnapshot:
         """An immutable copy, with the percentiles computed now."""
+        # Every counter field is shared with StatsSnapshot; only the ring becomes percentiles.
+        counters = attrs.asdict(self, recurse=False, filter=lambda a, _: a.name != "waits")
+        counters["batches"] = dict(self.batches)
         waits = list(self.waits)
         return StatsSnapshot(
-            dispatch_count=self.dispatch_count,
-            requests_served=self.requests_served,
-            rows_served=self.rows_served,
-            compute_seconds=self.compute_seconds,
-            recent_load=recent_load,
+            **counters,
             queue_depth=queue_depth,
-            queue_wait_count=self.queue_wait_count,
-            queue_wait_ns=self.queue_wait_ns,
+            recent_load=recent_load,
             queue_wait_p50=nearest_rank(waits, 0.5),
             queue_wait_p99=nearest_rank(waits, 0.99),
-            batches=dict(self.batches),
-            failed=self.failed,
-            expired=self.expired,
-            cancelled=self.cancelled,
-            shed=self.shed,
-            last_dispatch_ns=self.last_dispatch_ns,
         )
