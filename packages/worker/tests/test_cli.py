@@ -1,4 +1,8 @@
-"""``reactantserver-worker`` is installed and says plainly that it is not there yet."""
+"""``reactantserver-worker``: arguments, configuration errors and the installed script.
+
+Serving itself is driven end to end by ``tests/worker_e2e`` (a real subprocess and
+``tritonclient``); here only what happens before the listeners open.
+"""
 
 from __future__ import annotations
 
@@ -9,20 +13,52 @@ from pathlib import Path
 
 import pytest
 
-from reactantserver.worker import _cli
+from reactantserver.worker import __version__, _cli
 
 
-def test_entry_point_refuses_with_a_clear_message(capsys: pytest.CaptureFixture[str]) -> None:
-    assert _cli.main([]) != 0
-    assert "not yet implemented" in capsys.readouterr().err
-
-
-def test_console_script_is_installed_and_exits_non_zero() -> None:
+def _script() -> str:
     # The script sits next to the interpreter of the environment the tests run in.
-    script = shutil.which("reactantserver-worker") or str(
+    return shutil.which("reactantserver-worker") or str(
         Path(sys.executable).with_name("reactantserver-worker")
     )
-    done = subprocess.run([script], capture_output=True, text=True, check=False)
-    assert done.returncode != 0
-    assert "not yet implemented" in done.stderr
-    assert "#7" in done.stderr
+
+
+def test_missing_model_repo_is_a_configuration_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _cli.main(["--model-repo", str(tmp_path / "absent")]) == 2
+    err = capsys.readouterr().err
+    assert "configuration error" in err
+    assert "absent is not a directory" in err
+
+
+def test_model_repo_and_node_file_are_exclusive(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        _cli.main(["--model-repo", "a", "--node-file", "b"])
+    assert exited.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_bad_environment_override_names_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("INFERENCE_SERVER_ENDPOINTS_PORT", "not-a-port")
+    assert _cli.main(["--model-repo", str(tmp_path)]) == 2
+    assert "INFERENCE_SERVER_ENDPOINTS_PORT" in capsys.readouterr().err
+
+
+def test_console_script_is_installed_and_reports_its_version() -> None:
+    done = subprocess.run([_script(), "--version"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"reactantserver-worker {__version__}"
+
+
+def test_module_entry_point_matches_the_script(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "reactantserver.worker", "--model-repo", str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "is not a directory" in done.stderr

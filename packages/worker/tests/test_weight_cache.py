@@ -374,3 +374,16 @@ def test_explicit_mode_pinned_admission_only() -> None:
     cache.set_residency("A", Residency.UNPINNED)
     assert backend.live_buffers == 0
     assert not cache.host_resident("A")
+
+
+def test_loads_are_counted_per_model() -> None:
+    cache = WeightCache(MockBackend(), budget=1 << 20)
+    cache.add_model("a", FakeSource(64), Residency.UNPINNED)
+    assert cache.model_loads("a") == 0
+    cache.acquire("a")
+    cache.acquire("a")  # already resident: no second load
+    assert cache.model_loads("a") == 1
+    cache.evict_unpinned()
+    cache.acquire("a")
+    assert cache.model_loads("a") == 2
+    assert cache.loads == 2

@@ -979,3 +979,15 @@ def test_random_workload_keeps_every_invariant(discipline: SchedulingDiscipline,
     assert all(r.pending.model.outstanding == 0 for r, _, _ in work.submitted)
     assert sorted(work.drained) == sorted(work.retired)
     assert all(count == 1 for count in work.drained.values())
+
+
+def test_set_weight_changes_the_live_weight_and_checks_it() -> None:
+    h = Harness(discipline=FAIR)
+    model = h.add("m")
+    assert h.scheduler.set_weight("m", 3.5)
+    assert model.weight == 3.5
+    assert not h.scheduler.set_weight("unknown", 2.0)
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="finite and > 0"):
+            h.scheduler.set_weight("m", bad)
+    assert model.weight == 3.5

@@ -1,18 +1,121 @@
-"""Command-line entry point of ``reactantserver-worker``."""
+"""Command-line entry point of ``reactantserver-worker`` (also ``python -m reactantserver.worker``).
+
+``--model-repo DIR`` serves one directory standalone on 8001/8002; ``--node-file F --worker
+NAME`` serves one entry of a node file. Every key can be overridden from the environment
+(02 §Environment). Exit status: 0 after a clean shutdown, 1 when the device cannot be used
+or start-up fails, 2 for a configuration error.
+"""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import ctypes
+import logging
+import os
+import signal
 import sys
+from pathlib import Path
+
+import uvloop
+
+from reactantserver.core.config import WorkerConfig, load_worker_config
+from reactantserver.core.errors import ConfigError
+from reactantserver.worker import __version__
+from reactantserver.worker.runtime.xla_env import apply_xla_environment
+from reactantserver.worker.server.app import WorkerServer
+from reactantserver.worker.server.logs import configure_logging
+
+__all__ = ["main"]
+
+_PROG = "reactantserver-worker"
+_SUPERVISOR_PID = "REACTANT_SUPERVISOR_PID"
+_PR_SET_PDEATHSIG = 1
+
+_log = logging.getLogger("reactantserver.worker")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=_PROG, description="Serve StableHLO model bundles.")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--model-repo", type=Path, help="serve this directory standalone")
+    source.add_argument("--node-file", type=Path, help="node file (default $REACTANT_NODE_FILE)")
+    parser.add_argument("--worker", help="the node-file worker to serve ($REACTANT_WORKER_NAME)")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    return parser
+
+
+def _config(args: argparse.Namespace) -> WorkerConfig:
+    config = load_worker_config(
+        node_file=args.node_file, worker=args.worker, model_repo=args.model_repo, env=os.environ
+    )
+    for directory in config.model_dirs:
+        if not Path(directory).is_dir():
+            raise ConfigError(f"model_dirs: {directory} is not a directory")
+    return config
+
+
+def _die_with_parent() -> None:
+    """Death-of-parent (03 step 3): SIGTERM when the supervisor goes away."""
+    parent = os.environ.get(_SUPERVISOR_PID)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if str(os.getppid()) != parent.strip():
+        _log.error("supervisor %s is gone; exiting", parent)
+        raise SystemExit(1)
+
+
+async def _serve(config: WorkerConfig) -> int:
+    server = WorkerServer(config, version=__version__)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await server.start()
+    except (OSError, RuntimeError) as exc:
+        _log.error("cannot open the listeners: %s", exc)
+        await server.shut_down()
+        return 1
+    booted = asyncio.ensure_future(server.wait_booted())
+    stopping = asyncio.ensure_future(stop.wait())
+    done, _ = await asyncio.wait({booted, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    status = 0
+    if booted in done and booted.exception() is not None:
+        error = booted.exception()
+        _log.error("start-up failed: %s", error, exc_info=error)
+        status = 1
+    elif stopping not in done:
+        await stopping
+    for task in (booted, stopping):
+        task.cancel()
+    await server.shut_down()
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``reactantserver-worker``; returns the process exit status."""
-    del argv
-    print(
-        "reactantserver-worker: not yet implemented (tracked in issue #7).",
-        file=sys.stderr,
+    args = _parser().parse_args(argv)
+    try:
+        config = _config(args)
+    except ConfigError as exc:
+        print(f"{_PROG}: configuration error: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(config.logging)
+    _log.info(
+        "config loaded worker=%s overrides=%s",
+        config.worker_name or "-",
+        [f"{o.variable}->{o.path}" for o in config.env_overrides],
     )
-    return 2
+    autotune_dir = (
+        Path(config.runtime.autotune_cache_dir) if config.runtime.autotune_cache else None
+    )
+    for note in apply_xla_environment(config.runtime, os.environ, autotune_cache_dir=autotune_dir):
+        _log.info("xla environment %s", note)
+    _die_with_parent()
+    return uvloop.run(_serve(config))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ class CacheEntry:
     residency: Residency
     buffers: list[DeviceBuffer] | None = None
     oversize_warned_at: float | None = None
+    loads: int = 0
+    """Host-to-device loads of this model's weights (``ModelStatus.weight_loads``)."""
 
     @property
     def nbytes(self) -> int:

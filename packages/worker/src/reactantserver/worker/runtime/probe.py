@@ -30,6 +30,7 @@ from reactantserver.worker.runtime.backend import (
     TensorType,
 )
 from reactantserver.worker.runtime.budget import BudgetPolicy, WeightBudget
+from reactantserver.worker.runtime.loader import LoadedModel
 from reactantserver.worker.runtime.residency import Residency
 from reactantserver.worker.runtime.weight_cache import WeightCache, run_with_oom_retry
 
@@ -39,6 +40,7 @@ __all__ = [
     "ProbeResult",
     "RunKey",
     "VariantId",
+    "model_runs",
     "probe_scratch",
     "start_up",
     "time_run",
@@ -105,6 +107,23 @@ def zeros_for(types: Sequence[TensorType]) -> Callable[[], list[HostArray]]:
         return [np.zeros(t.shape, dtype=t.dtype.numpy) for t in types]
 
     return build
+
+
+def model_runs(loaded: LoadedModel) -> ModelRuns:
+    """Every compiled size of ``loaded`` on zero inputs (sizes with dynamic extents skipped)."""
+    data_inputs = len(loaded.manifest.executable_inputs)
+    runs: list[CompiledRun] = []
+    ordered = sorted(
+        loaded.modules.items(), key=lambda kv: (-1 if kv[0][0] is None else kv[0][0], kv[0][1])
+    )
+    for (variant, batch), module in ordered:
+        try:
+            zeros = zeros_for(module.signature.inputs[:data_inputs])
+        except ValueError as exc:  # a dynamic extent: no zeros to run it on
+            _log.debug("warm-up of %r skips %s: %s", loaded.name, module.path.name, exc)
+            continue
+        runs.append(CompiledRun(variant, batch, module.executable, zeros))
+    return ModelRuns(loaded.name, tuple(runs))
 
 
 def time_run(backend: Backend, run: CompiledRun, weights: Sequence[DeviceBuffer]) -> float:

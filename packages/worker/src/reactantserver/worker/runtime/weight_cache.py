@@ -158,6 +158,10 @@ class WeightCache:
         """Whether the weights of ``name`` are on the device now."""
         return self._entry(name).buffers is not None
 
+    def model_loads(self, name: str) -> int:
+        """How many times the weights of ``name`` went to the device."""
+        return self._entry(name).loads
+
     def host_resident(self, name: str) -> bool:
         """Whether the host floor of ``name`` is materialised."""
         return self._entry(name).source.host_resident
@@ -397,6 +401,7 @@ class WeightCache:
                 self._backend.free(buf)
             raise
         entry.buffers = buffers
+        entry.loads += 1
         self.loads += 1
         self.load_bytes += entry.nbytes
         self.load_seconds += time.perf_counter() - start

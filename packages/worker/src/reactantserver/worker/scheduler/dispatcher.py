@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -113,6 +114,17 @@ class Scheduler:
         """The admitting generation of ``name``."""
         with self._s.cond:
             return self._s.models.get(name)
+
+    def set_weight(self, name: str, weight: float) -> bool:
+        """Set the live fair weight of ``name`` (``False`` when no such model is installed)."""
+        if not (math.isfinite(weight) and weight > 0):
+            raise ValueError(f"weight must be finite and > 0, got {weight!r}")
+        with self._s.cond:
+            model = self._s.models.get(name)
+            if model is None:
+                return False
+            model.weight = weight
+            return True
 
     def seed_costs(self, costs: Mapping[RunKey, float]) -> None:
         """Seed the cost table from start-up measurements (probe / warmup)."""

@@ -1,0 +1,191 @@
+"""The worker process on one event loop: listeners first, models loading behind them.
+
+:class:`WorkerServer` opens the gRPC port (inference, health, reflection, control) and the
+HTTP port (``/metrics``, ``/healthz``, ``/readyz``), then runs :func:`boot` on a loader
+thread; until that finishes the worker is live but not ready (03 §Process start-up).
+:meth:`WorkerServer.shut_down` is the graceful SIGTERM path: health flips to ``NOT_SERVING``,
+new work is refused with ``UNAVAILABLE``, queued work drains for ``shutdown_grace_seconds``
+and whatever is left then fails with ``UNAVAILABLE``::
+
+    server = WorkerServer(config, version="0.1.0")
+    await server.start()
+    await server.wait_booted()
+    ...
+    await server.shut_down()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import grpc
+from aiohttp import web
+
+from reactantserver.core.config import GrpcConfig, TlsConfig, WorkerConfig
+from reactantserver.core.protocol import INFERENCE_SERVICE, control_pb2, inference_service_handler
+from reactantserver.worker.server.boot import boot
+from reactantserver.worker.server.control import add_control_service
+from reactantserver.worker.server.health import HealthTracker, enable_reflection
+from reactantserver.worker.server.http import http_app, start_http
+from reactantserver.worker.server.inference import InferenceService
+from reactantserver.worker.server.metrics import WorkerMetrics
+from reactantserver.worker.server.state import WorkerState
+
+__all__ = ["WorkerServer", "grpc_server_options", "server_credentials"]
+
+_log = logging.getLogger("reactantserver.worker")
+
+_HEALTH_SERVICE = "grpc.health.v1.Health"
+_CONTROL_SERVICE = control_pb2.DESCRIPTOR.services_by_name["WorkerControl"].full_name
+
+
+def grpc_server_options(config: GrpcConfig) -> list[tuple[str, int]]:
+    """Message limits and keepalive of the gRPC server (05 §Transport)."""
+    options = [
+        ("grpc.max_receive_message_length", config.max_recv_msg_bytes),
+        ("grpc.max_send_message_length", config.max_send_msg_bytes),
+        ("grpc.keepalive_timeout_ms", round(config.keepalive_timeout_seconds * 1000)),
+        ("grpc.keepalive_permit_without_calls", 1),
+        (
+            "grpc.http2.min_recv_ping_interval_without_data_ms",
+            round(config.min_client_ping_interval_seconds * 1000),
+        ),
+        ("grpc.http2.max_ping_strikes", 0),
+        # A port already in use must fail the bind, not be shared silently.
+        ("grpc.so_reuseport", 0),
+    ]
+    if config.keepalive_time_seconds > 0:
+        options.append(("grpc.keepalive_time_ms", round(config.keepalive_time_seconds * 1000)))
+    if config.max_connection_age_seconds > 0:
+        options.append(
+            ("grpc.max_connection_age_ms", round(config.max_connection_age_seconds * 1000))
+        )
+    return options
+
+
+def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials | None:
+    """TLS credentials when a certificate is configured; mTLS with ``client_ca_file``."""
+    if not tls.cert_file:
+        return None
+    key = Path(tls.key_file).read_bytes()
+    cert = Path(tls.cert_file).read_bytes()
+    ca = Path(tls.client_ca_file).read_bytes() if tls.client_ca_file else None
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
+    )
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class WorkerServer:
+    """One worker: its state, its listeners and its start-up and shutdown sequences."""
+
+    def __init__(self, config: WorkerConfig, *, version: str) -> None:
+        self.config = config
+        self.state = WorkerState(config, version=version)
+        self.metrics = WorkerMetrics(self.state)
+        self.health = HealthTracker(self.state)
+        self.grpc_port = 0
+        self.http_port = 0
+        self._server: grpc.aio.Server | None = None
+        self._http: web.AppRunner | None = None
+        self._booted: asyncio.Future[None] | None = None
+        self._stopped = False
+
+    async def start(self) -> None:
+        """Open both listeners and start loading models on the loader thread."""
+        config = self.config
+        server = grpc.aio.server(options=grpc_server_options(config.grpc))
+        service = InferenceService(self.state)
+        server.add_generic_rpc_handlers([inference_service_handler(service.handlers())])
+        self.health.add_to(server)
+        services = [INFERENCE_SERVICE, _HEALTH_SERVICE]
+        if config.endpoints.control_service:
+            add_control_service(server, self.state)
+            services.append(_CONTROL_SERVICE)
+        if config.endpoints.reflection:
+            enable_reflection(server, services)
+        address = _address(config.endpoints.host, config.endpoints.port)
+        credentials = server_credentials(config.endpoints.tls)
+        if credentials is None:
+            self.grpc_port = server.add_insecure_port(address)
+        else:
+            self.grpc_port = server.add_secure_port(address, credentials)
+        await server.start()
+        self._server = server
+        await self.health.start()
+        if config.endpoints.metrics_port:
+            self._http = await start_http(
+                http_app(self.state, self.metrics),
+                config.endpoints.host,
+                config.endpoints.metrics_port,
+            )
+            self.http_port = config.endpoints.metrics_port
+        _log.info(
+            "listening grpc=%s http=%s tls=%s",
+            address,
+            self.http_port or "off",
+            credentials is not None,
+        )
+        self._booted = self._boot_in_thread()
+
+    def _boot_in_thread(self) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def settle(error: BaseException | None) -> None:
+            if done.done():
+                return
+            if error is None:
+                done.set_result(None)
+            else:
+                done.set_exception(error)
+
+        def run() -> None:
+            error: BaseException | None = None
+            try:
+                boot(self.state)
+            except BaseException as exc:
+                error = exc
+            loop.call_soon_threadsafe(settle, error)
+
+        # A daemon thread: a SIGTERM during a long first compile must not wait for it.
+        threading.Thread(target=run, name="reactant-loader", daemon=True).start()
+        return done
+
+    async def wait_booted(self) -> None:
+        """Until every start-up model loaded or failed (re-raises a fatal start-up error)."""
+        assert self._booted is not None, "start() first"
+        await asyncio.shield(self._booted)
+        await self.health.sync()
+
+    async def shut_down(self) -> None:
+        """Health off, refuse new work, drain queued work for the grace, close listeners."""
+        if self._stopped:
+            return
+        self._stopped = True
+        state = self.state
+        state.stopping = True
+        grace = self.config.shutdown_grace_seconds
+        _log.info("shutdown: health NOT_SERVING, draining for up to %.1f s", grace)
+        await self.health.shut_down()
+        waits: list[Any] = []
+        runtime = state.runtime
+        if runtime is not None:
+            waits.append(asyncio.to_thread(runtime.scheduler.stop, grace))
+        if self._server is not None:
+            # In-flight handlers are answered by the drain; the extra second lets them write.
+            waits.append(self._server.stop(grace + 1.0))
+        await asyncio.gather(*waits)
+        if self._http is not None:
+            await self._http.cleanup()
+        if runtime is not None:
+            runtime.pool.shutdown(wait=False, cancel_futures=True)
+        state.shm.close()
+        _log.info("shutdown: done")

@@ -1,0 +1,239 @@
+"""Start-up steps 3-9 of 03 §Process start-up, run on the loader thread.
+
+The event loop keeps answering health and metadata while this runs: every scanned model is
+listed ``LOADING`` first, then each bundle is parsed, its ``model.py`` imported and its
+modules compiled; the weight cache admits the weights, the probe sizes the on-demand budget
+and warms every compiled size, and only then do the models turn ``READY``::
+
+    boot(state)            # blocking; raises BackendStartError when no device can be used
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import attrs
+
+from reactantserver.core.config import Backend as BackendName
+from reactantserver.core.config import WorkerConfig
+from reactantserver.core.errors import BundleError
+from reactantserver.core.manifest import load_manifest
+from reactantserver.core.weights import PrivateWeightStore, SharedWeightStore, WeightStore
+from reactantserver.worker.dataplane import DataPlane
+from reactantserver.worker.hooks import hook_pool, hook_pool_size, load_hooks
+from reactantserver.worker.registry import ModelEntry
+from reactantserver.worker.runtime.backend import Backend, CompileSpec
+from reactantserver.worker.runtime.budget import BudgetPolicy, arena_bytes
+from reactantserver.worker.runtime.executable_cache import ExecutableCache
+from reactantserver.worker.runtime.loader import load_bundle
+from reactantserver.worker.runtime.probe import ModelRuns, model_runs, start_up
+from reactantserver.worker.runtime.residency import Residency, resolve_residency
+from reactantserver.worker.runtime.weight_cache import WeightCache
+from reactantserver.worker.scheduler import ScheduledModel, Scheduler
+from reactantserver.worker.server.scan import scan_model_dirs
+from reactantserver.worker.server.state import Runtime, WorkerState
+
+__all__ = ["BackendStartError", "LoadedBundle", "boot", "create_backend", "load_model"]
+
+_log = logging.getLogger("reactantserver.worker.boot")
+
+
+class BackendStartError(RuntimeError):
+    """The configured device cannot be used and CPU fallback is off (the worker exits 1)."""
+
+
+def create_backend(config: WorkerConfig) -> tuple[Backend, str, str]:
+    """The backend, its platform and device kind (step 3; CUDA falls back to CPU if allowed)."""
+    # The only jax import of the server: the backend module (the XLA env is set by now).
+    from reactantserver.worker._backend import JaxBackend
+
+    runtime = config.runtime
+    wanted = "cuda" if runtime.backend is BackendName.CUDA else "cpu"
+    try:
+        backend = JaxBackend(wanted, runtime.device_ordinal)
+    except Exception as exc:
+        if wanted == "cpu" or not runtime.allow_cpu_fallback:
+            raise BackendStartError(f"cannot start the {wanted} backend: {exc}") from exc
+        _log.warning("cuda backend unavailable (%s); falling back to cpu", exc)
+        backend = JaxBackend("cpu", 0)
+    _log.info(
+        "backend ready platform=%s device_kind=%s arena=%d",
+        backend.platform,
+        backend.device_kind,
+        arena_bytes(backend.memory_stats()),
+    )
+    return backend, backend.platform, backend.device_kind
+
+
+def _weight_store(config: WorkerConfig) -> WeightStore:
+    runtime = config.runtime
+    if runtime.shared_host_weights:
+        return SharedWeightStore(runtime.shared_host_weights_mode_bits)
+    return PrivateWeightStore()
+
+
+def build_runtime(state: WorkerState) -> Runtime:
+    """Backend, caches, scheduler, data plane and hook pool, with no model yet."""
+    config = state.config
+    backend, platform, device_kind = create_backend(config)
+    runtime = config.runtime
+    root = Path(config.cache_dir) / "executables" if runtime.executable_cache else None
+    executables = ExecutableCache(root, backend, max_bytes=runtime.executable_cache_max_bytes)
+    policy = budget_policy(config, backend)
+    explicit = state.explicit
+    weights = WeightCache(
+        backend,
+        budget=policy.provisional_budget(),
+        enabled=policy.enabled,
+        explicit=policy.enabled and explicit,
+    )
+    if explicit and not policy.enabled:
+        _log.warning(
+            "explicit mode without an on-demand weight cache: residency control is inert, "
+            "every model's weights stay on the device"
+        )
+    scheduler = Scheduler(backend, weights, config.scheduler)
+    pool = hook_pool(hook_pool_size(config))
+    return Runtime(
+        backend=backend,
+        platform=platform,
+        device_kind=device_kind,
+        weights=weights,
+        executables=executables,
+        store=_weight_store(config),
+        scheduler=scheduler,
+        dataplane=DataPlane(state.registry, scheduler, pool, limiter=state.limiter),
+        pool=pool,
+        policy=policy,
+    )
+
+
+def budget_policy(config: WorkerConfig, backend: Backend) -> BudgetPolicy:
+    runtime = config.runtime
+    return BudgetPolicy(
+        arena=arena_bytes(backend.memory_stats()),
+        fraction=runtime.weight_cache_fraction,
+        wiggle=runtime.weight_cache_wiggle_fraction,
+        max_bytes=runtime.weight_cache_max_bytes,
+    )
+
+
+@attrs.frozen
+class LoadedBundle:
+    """A compiled generation not yet serving: its registry entry and its warm-up runs."""
+
+    entry: ModelEntry
+    runs: ModelRuns
+    seconds: float
+
+
+def _compile_spec(config: WorkerConfig) -> CompileSpec:
+    return CompileSpec(numerics=config.runtime.numerics.value, autotune=config.runtime.autotune)
+
+
+def load_model(
+    state: WorkerState, runtime: Runtime, bundle: Path, *, generation: int = 1
+) -> LoadedBundle:
+    """Parse, import, compile and admit one bundle (weights placed by residency floor).
+
+    Raises ``BundleError``/``ManifestError`` (or anything the compile raises) on failure;
+    nothing is left in the weight cache then.
+    """
+    started = time.perf_counter()
+    manifest = load_manifest(bundle)
+    if manifest.is_meta:
+        raise BundleError(f"{bundle}: kind 'meta' bundles are not served by this worker yet")
+    hooks = load_hooks(bundle, manifest, generation=generation)
+    loaded = load_bundle(
+        bundle, runtime.backend, runtime.executables, opts=_compile_spec(state.config)
+    )
+    try:
+        settings = state.config.scheduler.for_model(manifest.name)
+        floor = None if settings.residency is None else Residency.parse(settings.residency.value)
+        if loaded.weight_specs:
+            residency = resolve_residency(floor, cache_enabled=runtime.weights.enabled)
+            runtime.weights.add_model(manifest.name, loaded.weight_source(runtime.store), residency)
+        scheduled = ScheduledModel.from_loaded(
+            loaded,
+            generation=generation,
+            weight=settings.weight,
+            max_batch_size=settings.max_batch_size,
+        )
+    except BaseException:
+        loaded.close()
+        raise
+    entry = ModelEntry.ready(manifest, hooks, scheduled=scheduled, loaded=loaded)
+    return LoadedBundle(entry, model_runs(loaded), time.perf_counter() - started)
+
+
+def _describe(bundle: LoadedBundle, runtime: Runtime) -> str:
+    manifest = bundle.entry.manifest
+    assert manifest is not None
+    tensors = ", ".join(f"{t.name}: {t.dtype.value}{t.wire_shape}" for t in manifest.client_inputs)
+    sizes = sorted({run.batch for run in bundle.runs.runs})
+    name = manifest.name
+    residency = runtime.weights.residency(name).name if name in runtime.weights else "none"
+    return (
+        f"model={name} generation={bundle.entry.generation} inputs=[{tensors}] "
+        f"compiled_sizes={sizes if sizes != [0] else 'unbatched'} "
+        f"weight_bytes={bundle.entry.loaded.weight_nbytes if bundle.entry.loaded else 0} "
+        f"residency={residency} seconds={bundle.seconds:.3f}"
+    )
+
+
+def _load_all(state: WorkerState, runtime: Runtime, bundles: dict[str, Path]) -> list[LoadedBundle]:
+    loaded: list[LoadedBundle] = []
+    for name, path in bundles.items():
+        started = time.perf_counter()
+        try:
+            bundle = load_model(state, runtime, path)
+        except Exception as exc:
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            _log.error("model load failed model=%s error=%s", name, reason)
+            state.registry.put(ModelEntry.failed(name, reason))
+            state.record_load(name, time.perf_counter() - started, ok=False)
+            continue
+        state.record_load(name, bundle.seconds, ok=True)
+        loaded.append(bundle)
+    return loaded
+
+
+def boot(state: WorkerState) -> None:
+    """Steps 3-9: backend, scan, compile, probe/warm-up, dispatch thread, then ready.
+
+    A bundle that fails is ``UNAVAILABLE`` with the reason and does not stop the others.
+    """
+    runtime = build_runtime(state)
+    state.runtime = runtime
+    config = state.config
+    found = scan_model_dirs([Path(d) for d in config.model_dirs], include=config.models_include)
+    for name, reason in found.conflicts.items():
+        state.registry.put(ModelEntry.failed(name, reason))
+    for name in found.bundles:
+        state.registry.put(ModelEntry.loading(name))
+    bundles = _load_all(state, runtime, found.bundles)
+    result = start_up(
+        runtime.backend,
+        runtime.weights,
+        [b.runs for b in bundles],
+        runtime.policy,
+        warmup=config.runtime.warmup,
+    )
+    if result.budget is not None:
+        _log.info("weight cache budget %s", result.budget.summary())
+    runtime.scheduler.seed_costs(result.costs)
+    for bundle in bundles:
+        assert bundle.entry.scheduled is not None
+        runtime.scheduler.add_model(bundle.entry.scheduled)
+    runtime.scheduler.start()
+    for bundle in bundles:
+        state.registry.put(bundle.entry)
+        _log.info("model loaded %s", _describe(bundle, runtime))
+    state.started = True
+    _log.info(
+        "worker ready: %d model(s) serving, %d failed",
+        len(bundles),
+        len(found.bundles) + len(found.conflicts) - len(bundles),
+    )

@@ -1,0 +1,360 @@
+"""``inference.GRPCInferenceService`` on the worker: thin handlers over the data plane.
+
+Each handler translates wire messages to the data plane's types and back; errors are
+``ReactantError`` subclasses raised deeper down and turned into a status exactly once, here
+(05 §Status codes). Streaming lives in :mod:`reactantserver.worker.server.stream`::
+
+    service = InferenceService(state)
+    server.add_generic_rpc_handlers([inference_service_handler(service.handlers())])
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+
+from reactantserver.core import codec
+from reactantserver.core.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    ModelUnavailableError,
+    ReactantError,
+    ShuttingDownError,
+    status_of,
+)
+from reactantserver.core.protocol import grpc_service_pb2 as pb
+from reactantserver.worker.dataplane import RequestStats
+from reactantserver.worker.registry import ModelEntry, ModelState
+from reactantserver.worker.server import model_info
+from reactantserver.worker.server.state import Runtime, WorkerState
+
+__all__ = ["EXTENSIONS", "SERVER_NAME", "InferenceService"]
+
+SERVER_NAME = "ReactantServer"
+EXTENSIONS = (
+    "system_shared_memory",
+    "model_repository",
+    "model_configuration",
+    "statistics",
+    "parameters",
+)
+
+_log = logging.getLogger("reactantserver.worker.grpc")
+
+# Statuses that are the client's doing are logged at debug; the rest at warning (12 §Logs).
+_CLIENT_STATUSES = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.CANCELLED,
+    }
+)
+
+Handler = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]
+
+
+def log_failure(model: str, request_id: str, code: grpc.StatusCode, message: str) -> None:
+    """The ``request failed`` event (warning for server-side statuses, debug otherwise)."""
+    level = logging.DEBUG if code in _CLIENT_STATUSES else logging.WARNING
+    _log.log(
+        level,
+        "request failed model=%s id=%s status=%s message=%s",
+        model,
+        request_id,
+        code.name,
+        message,
+    )
+
+
+class InferenceService:
+    """Every RPC of the inference service, bound to one :class:`WorkerState`."""
+
+    def __init__(self, state: WorkerState) -> None:
+        self.state = state
+
+    def handlers(self) -> dict[str, Handler]:
+        """Method name -> async handler, for ``inference_service_handler``."""
+        unimplemented = {
+            "CudaSharedMemoryStatus": "CUDA shared memory is not supported",
+            "CudaSharedMemoryRegister": "CUDA shared memory is not supported",
+            "CudaSharedMemoryUnregister": "CUDA shared memory is not supported",
+            "TraceSetting": "trace settings are not supported",
+            "LogSettings": "log settings are not supported",
+        }
+        handlers: dict[str, Handler] = {
+            "ServerLive": self.server_live,
+            "ServerReady": self.server_ready,
+            "ModelReady": self.model_ready,
+            "ServerMetadata": self.server_metadata,
+            "ModelMetadata": self.model_metadata,
+            "ModelConfig": self.model_config,
+            "ModelStatistics": self.model_statistics,
+            "ModelInfer": self.model_infer,
+            "ModelStreamInfer": self.model_stream_infer,
+            "RepositoryIndex": self.repository_index,
+            "RepositoryModelLoad": self.repository_control,
+            "RepositoryModelUnload": self.repository_control,
+            "SystemSharedMemoryStatus": self.shm_status,
+            "SystemSharedMemoryRegister": self.shm_register,
+            "SystemSharedMemoryUnregister": self.shm_unregister,
+            "IsSameIPCNamespace": self.same_ipc_namespace,
+        }
+        for name, message in unimplemented.items():
+            handlers[name] = _unimplemented(message)
+        return handlers
+
+    # -- health and metadata -----------------------------------------------------------
+
+    async def server_live(
+        self, request: pb.ServerLiveRequest, context: Any
+    ) -> pb.ServerLiveResponse:
+        """Live while the process serves."""
+        return pb.ServerLiveResponse(live=True)
+
+    async def server_ready(
+        self, request: pb.ServerReadyRequest, context: Any
+    ) -> pb.ServerReadyResponse:
+        """Ready once start-up finished with ≥ 1 servable model, until shutdown."""
+        return pb.ServerReadyResponse(ready=self.state.ready())
+
+    async def model_ready(
+        self, request: pb.ModelReadyRequest, context: Any
+    ) -> pb.ModelReadyResponse:
+        """Never an error: unknown, hidden and bad versions are simply not ready."""
+        ready = not self.state.stopping and self.state.model_ready(request.name, request.version)
+        return pb.ModelReadyResponse(ready=ready)
+
+    async def server_metadata(
+        self, request: pb.ServerMetadataRequest, context: Any
+    ) -> pb.ServerMetadataResponse:
+        """Name, version and the protocol extensions served."""
+        return pb.ServerMetadataResponse(
+            name=SERVER_NAME, version=self.state.version, extensions=list(EXTENSIONS)
+        )
+
+    def _platform(self) -> str:
+        runtime = self.state.runtime
+        if runtime is not None:
+            return runtime.platform
+        return self.state.config.runtime.backend.value
+
+    async def model_metadata(
+        self, request: pb.ModelMetadataRequest, context: Any
+    ) -> pb.ModelMetadataResponse:
+        """Client-facing tensors of a visible model (``NOT_FOUND`` otherwise)."""
+        entry = await self._find(request.name, request.version, context)
+        return model_info.model_metadata(entry, platform=self._platform())
+
+    async def model_config(
+        self, request: pb.ModelConfigRequest, context: Any
+    ) -> pb.ModelConfigResponse:
+        """The Triton-style configuration generated from the manifest."""
+        entry = await self._find(request.name, request.version, context)
+        runtime = self.state.runtime
+        scheduled = entry.scheduled
+        weights = None if runtime is None else runtime.weights
+        name = entry.name
+        in_cache = weights is not None and name in weights
+        return model_info.model_config(
+            entry,
+            platform=self._platform(),
+            device_ordinal=self.state.config.runtime.device_ordinal,
+            max_queue_depth=self.state.config.scheduler.max_queue_depth,
+            effective_max_batch=0 if scheduled is None else scheduled.max_batch,
+            residency=weights.residency(name).name if in_cache and weights else "NONE",
+            weight_bytes=0 if entry.loaded is None else entry.loaded.weight_nbytes,
+        )
+
+    async def model_statistics(
+        self, request: pb.ModelStatisticsRequest, context: Any
+    ) -> pb.ModelStatisticsResponse:
+        """Cumulative counters of one visible model, or of all of them for an empty name."""
+        if request.name:
+            entries = [await self._find(request.name, request.version, context)]
+        else:
+            entries = [e for e in self.state.registry.visible() if e.state is ModelState.READY]
+        runtime = self.state.runtime
+        if runtime is None:
+            return model_info.model_statistics(
+                entries, scheduler_stats={}, request_stats=lambda _: RequestStats()
+            )
+        return model_info.model_statistics(
+            entries,
+            scheduler_stats=runtime.scheduler.all_stats(),
+            request_stats=runtime.dataplane.request_stats,
+        )
+
+    async def repository_index(
+        self, request: pb.RepositoryIndexRequest, context: Any
+    ) -> pb.RepositoryIndexResponse:
+        """Every visible model with its state; ``ready`` keeps only ``READY`` ones."""
+        return model_info.repository_index(
+            self.state.registry.visible(), ready_only=request.ready, serving=self.state.serving
+        )
+
+    async def repository_control(self, request: Any, context: Any) -> Any:
+        """``RepositoryModelLoad``/``Unload`` (the control modes of 06)."""
+        if not request.model_name:
+            await _abort(context, InvalidArgumentError("model_name must not be empty"))
+        mode = self.state.config.model_control_mode.value
+        if mode == "static":
+            await _abort(context, FailedPreconditionError("model control disabled in static mode"))
+        if isinstance(request, pb.RepositoryModelUnloadRequest) and mode == "dynamic":
+            await _abort(
+                context,
+                FailedPreconditionError(
+                    "model control in dynamic mode follows the model directories; "
+                    f"remove the bundle of '{request.model_name}' to unload it"
+                ),
+            )
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            f"repository model control in {mode} mode is not available yet",
+        )
+
+    # -- shared memory -----------------------------------------------------------------
+
+    async def shm_status(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: Any
+    ) -> pb.SystemSharedMemoryStatusResponse:
+        """Registered system shared-memory regions (all for an empty name)."""
+        response = pb.SystemSharedMemoryStatusResponse()
+        for name, region in self.state.shm.status(request.name).items():
+            response.regions[name].CopyFrom(
+                pb.SystemSharedMemoryStatusResponse.RegionStatus(
+                    name=region.name,
+                    key=region.key,
+                    offset=region.offset,
+                    byte_size=region.byte_size,
+                )
+            )
+        return response
+
+    async def shm_register(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: Any
+    ) -> pb.SystemSharedMemoryRegisterResponse:
+        """Map a client's region (bad arguments or a missing object: ``INVALID_ARGUMENT``)."""
+        try:
+            self.state.shm.register(request.name, request.key, request.offset, request.byte_size)
+        except ReactantError as exc:
+            await _abort(context, exc)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    async def shm_unregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Any
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
+        """Forget a region (idempotent; empty name: all)."""
+        self.state.shm.unregister(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    async def same_ipc_namespace(
+        self, request: pb.IsSameIPCNamespaceRequest, context: Any
+    ) -> pb.IsSameIPCNamespaceResponse:
+        """Whether a client's shared-memory key opens here."""
+        return pb.IsSameIPCNamespaceResponse(same=self.state.shm.is_same_namespace(request.name))
+
+    # -- inference ---------------------------------------------------------------------
+
+    async def model_stream_infer(
+        self, requests: AsyncIterator[pb.ModelInferRequest], context: Any
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Bidirectional streaming (an async generator, as grpc.aio requires)."""
+        from reactantserver.worker.server.stream import stream_infer
+
+        async for answer in stream_infer(self, requests, context):
+            yield answer
+
+    async def model_infer(
+        self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ModelInferResponse:
+        """One inference request; any failure becomes its status here."""
+        try:
+            return await self.serve(request, context.time_remaining())
+        except ReactantError as exc:
+            await _abort(context, exc)
+            raise AssertionError("unreachable") from exc
+
+    async def serve(
+        self, request: pb.ModelInferRequest, time_remaining: float | None
+    ) -> pb.ModelInferResponse:
+        """Decode, infer, encode; counts the request once with its final status."""
+        started = time.perf_counter()
+        code = grpc.StatusCode.OK
+        try:
+            return await self._serve(request, time_remaining)
+        except ReactantError as exc:
+            code = exc.status
+            log_failure(request.model_name, request.id, code, str(exc))
+            raise
+        except asyncio.CancelledError:
+            code = grpc.StatusCode.CANCELLED
+            raise
+        except Exception as exc:
+            code = grpc.StatusCode.INTERNAL
+            _log.exception("request failed model=%s id=%s", request.model_name, request.id)
+            raise ReactantError(
+                f"internal error serving model '{request.model_name}': {exc}"
+            ) from exc
+        finally:
+            self.state.observe_request(request.model_name, code, time.perf_counter() - started)
+
+    async def _serve(
+        self, message: pb.ModelInferRequest, time_remaining: float | None
+    ) -> pb.ModelInferResponse:
+        runtime = self._serving_runtime(message.model_name)
+        request = codec.decode_request(
+            message,
+            registry=self.state.shm,
+            max_recv_msg_bytes=self.state.config.grpc.max_recv_msg_bytes,
+            grpc_time_remaining=time_remaining,
+        )
+        try:
+            entry = self.state.registry.resolve(request.model_name, request.model_version)
+            if not self.state.serving(entry):
+                raise ModelUnavailableError(
+                    f"model '{entry.name}' is not resident (explicit mode); pin it first"
+                )
+            response = await runtime.dataplane.infer(request)
+            return codec.encode_response(
+                response, requested=request.outputs, registry=self.state.shm
+            )
+        finally:
+            request.release()
+
+    def _serving_runtime(self, model: str) -> Runtime:
+        if self.state.stopping:
+            raise ShuttingDownError(f"server is shutting down; model '{model}' takes no new work")
+        runtime = self.state.runtime
+        if runtime is None or (not self.state.started and self.state.registry.get(model) is None):
+            raise ModelUnavailableError(f"server is starting; model '{model}' is not ready yet")
+        return runtime
+
+    async def _find(self, name: str, version: str, context: Any) -> ModelEntry:
+        try:
+            return self.state.registry.find(name, version)
+        except ReactantError as exc:
+            error = exc
+            if not self.state.started and self.state.registry.get(name) is None:
+                error = ModelUnavailableError(
+                    f"server is starting; model '{name}' is not known yet"
+                )
+            await _abort(context, error)
+            raise AssertionError("unreachable") from exc
+
+
+async def _abort(context: Any, exc: ReactantError) -> None:
+    await context.abort(status_of(exc), " ".join(str(exc).split()))
+
+
+def _unimplemented(message: str) -> Handler:
+    async def handler(request: Any, context: Any) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, message)
+
+    return handler

@@ -1,0 +1,135 @@
+"""The worker's live state: what every gRPC service, the HTTP app and ``/metrics`` read.
+
+One :class:`WorkerState` exists per process. The event loop creates it before the listeners
+open (so health and metadata answer during start-up); the loader thread fills
+:attr:`WorkerState.runtime` once the backend exists and flips :attr:`WorkerState.started`
+when every start-up model has compiled and warmed (or failed)::
+
+    state = WorkerState(config, version="0.1.0")
+    state.ready()                # False until started, True until shutdown begins
+    state.runtime.scheduler      # after the backend came up
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections.abc import Callable
+
+import attrs
+import grpc
+
+from reactantserver.core.config import ModelControlMode, WorkerConfig
+from reactantserver.core.shm import SharedMemoryRegistry
+from reactantserver.core.weights import WeightStore
+from reactantserver.worker.dataplane import DataPlane
+from reactantserver.worker.registry import SERVED_VERSIONS, ModelEntry, ModelRegistry, ModelState
+from reactantserver.worker.runtime.backend import Backend
+from reactantserver.worker.runtime.budget import BudgetPolicy
+from reactantserver.worker.runtime.executable_cache import ExecutableCache
+from reactantserver.worker.runtime.weight_cache import WeightCache
+from reactantserver.worker.scheduler import InflightLimiter, Scheduler
+
+__all__ = ["ModelLoadRecord", "RequestObserver", "Runtime", "WorkerState"]
+
+RequestObserver = Callable[[str, grpc.StatusCode, float], None]
+"""Called once per finished inference request: ``(model, final status, handler seconds)``."""
+
+
+def _ignore(model: str, status: grpc.StatusCode, seconds: float) -> None:
+    del model, status, seconds
+
+
+@attrs.define(eq=False)
+class Runtime:
+    """The device side once the backend is up: caches, scheduler, data plane and hook pool."""
+
+    backend: Backend
+    platform: str
+    """``cpu`` or ``cuda``: ``ModelMetadata.platform`` and ``ModelConfig.platform``."""
+    device_kind: str
+    weights: WeightCache
+    executables: ExecutableCache
+    store: WeightStore
+    scheduler: Scheduler
+    dataplane: DataPlane
+    pool: concurrent.futures.ThreadPoolExecutor
+    """The hook pool (``model.py`` hooks and other per-request CPU work)."""
+    policy: BudgetPolicy | None = None
+    """The on-demand budget's inputs (arena, shares); ``None`` in tests that skip the probe."""
+
+
+@attrs.define
+class ModelLoadRecord:
+    """Per model name: the last load/compile duration and the failed loads so far."""
+
+    seconds: float = 0.0
+    failures: int = 0
+
+
+@attrs.define(eq=False)
+class WorkerState:
+    """Everything about this worker that outlives one request."""
+
+    config: WorkerConfig
+    version: str
+    registry: ModelRegistry = attrs.Factory(ModelRegistry)
+    shm: SharedMemoryRegistry = attrs.Factory(SharedMemoryRegistry)
+    limiter: InflightLimiter = attrs.field()
+    runtime: Runtime | None = None
+    started: bool = False
+    """Every start-up model finished loading (compiled and warmed, or failed)."""
+    stopping: bool = False
+    """Shutdown began: health is ``NOT_SERVING`` and new inference is refused."""
+    loads: dict[str, ModelLoadRecord] = attrs.Factory(dict)
+    observe_request: RequestObserver = _ignore
+    """Replaced by the metrics so each finished request is counted once."""
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+
+    @limiter.default
+    def _limiter(self) -> InflightLimiter:
+        return InflightLimiter(self.config.endpoints.max_concurrent_requests)
+
+    # -- readiness -------------------------------------------------------------------------
+
+    @property
+    def explicit(self) -> bool:
+        """``model_control_mode: explicit`` (only pinned models serve)."""
+        return self.config.model_control_mode is ModelControlMode.EXPLICIT
+
+    def ready(self) -> bool:
+        """``ServerReady``: start-up finished, ≥ 1 model servable, not shutting down."""
+        if not self.started or self.stopping:
+            return False
+        return any(self.serving(entry) for entry in self.registry.visible())
+
+    def serving(self, entry: ModelEntry) -> bool:
+        """Whether ``entry`` answers inference now (READY and, in explicit mode, on the device)."""
+        if entry.state is not ModelState.READY:
+            return False
+        if not self.explicit or self.runtime is None:
+            return True
+        weights = self.runtime.weights
+        return entry.name not in weights or weights.is_resident(entry.name)
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        """``ModelReady``: never an error; hidden, unknown or bad versions are ``False``."""
+        if version not in SERVED_VERSIONS:
+            return False
+        entry = self.registry.get(name)
+        return entry is not None and not entry.hidden and self.serving(entry)
+
+    # -- load records ----------------------------------------------------------------------
+
+    def record_load(self, name: str, seconds: float, *, ok: bool) -> None:
+        """Note one load attempt of ``name`` (``worker_model_load_*``)."""
+        with self._lock:
+            record = self.loads.setdefault(name, ModelLoadRecord())
+            record.seconds = seconds
+            if not ok:
+                record.failures += 1
+
+    def forget_load(self, name: str) -> None:
+        """Drop the load record of an unloaded model (its metric series go with it)."""
+        with self._lock:
+            self.loads.pop(name, None)

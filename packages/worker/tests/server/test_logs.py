@@ -1,0 +1,63 @@
+"""Log lines in both formats of 12 §Logs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from reactantserver.core.config import LogFormat, LoggingConfig, LogLevel
+from reactantserver.worker.server.logs import JsonFormatter, TextFormatter, configure_logging
+
+
+def _record(message: str = "model loaded model=%s", *args: object) -> logging.LogRecord:
+    return logging.LogRecord(
+        "reactantserver.worker", logging.INFO, __file__, 1, message, args, None
+    )
+
+
+def test_text_lines_start_with_an_iso_time_level_and_logger() -> None:
+    line = TextFormatter().format(_record("model loaded model=%s", "mlp"))
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
+    assert re.fullmatch(stamp + r" INFO reactantserver\.worker model loaded model=mlp", line)
+
+
+def test_json_lines_are_one_object_with_the_named_fields() -> None:
+    data = json.loads(JsonFormatter().format(_record("x=%d", 3)))
+    assert set(data) == {"ts", "level", "logger", "msg"}
+    assert data["msg"] == "x=3"
+    assert data["level"] == "INFO"
+    assert data["ts"].endswith("Z")
+
+
+def test_exceptions_travel_with_the_record() -> None:
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        record = logging.LogRecord(
+            "w", logging.ERROR, __file__, 1, "failed", (), exc_info=sys.exc_info()
+        )
+    assert "ValueError: boom" in JsonFormatter().format(record)
+    assert "ValueError: boom" in TextFormatter().format(record)
+
+
+@pytest.fixture
+def restore_root() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+@pytest.mark.usefixtures("restore_root")
+def test_configure_logging_sets_level_and_format() -> None:
+    configure_logging(LoggingConfig(level=LogLevel.WARNING, format=LogFormat.JSON))
+    root = logging.getLogger()
+    assert root.level == logging.WARNING
+    assert len(root.handlers) == 1
+    assert isinstance(root.handlers[0].formatter, JsonFormatter)
