@@ -54,7 +54,9 @@ class Dispatcher:
         if late:
             for request in late:
                 request.completion.fail(
-                    DeadlineExceededError("deadline exceeded before the request could run")
+                    DeadlineExceededError(
+                        f"deadline exceeded before dispatch for model '{model.name}'"
+                    )
                 )
             with self._s.cond:
                 for request in late:

@@ -384,7 +384,11 @@ class Scheduler:
         for fn, future in work.controls:
             self._run_control(fn, future)
         for request in work.expired:
-            request.completion.fail(DeadlineExceededError("deadline exceeded while queued"))
+            request.completion.fail(
+                DeadlineExceededError(
+                    f"deadline exceeded while queued for model '{request.model.name}'"
+                )
+            )
         if work.taken:
             try:
                 self._dispatcher.dispatch(work.taken, work.batch)

@@ -1,0 +1,328 @@
+"""The worker end-to-end harness: a real ``reactantserver-worker`` process and client helpers.
+
+Everything here drives the worker from outside, as an operator and a stock client would: the
+worker runs as ``python -m reactantserver.worker --model-repo REPO`` with its ports set through
+the environment, and requests go through ``tritonclient.grpc`` (or its generated stubs for
+requests the high-level client refuses to build).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import tritonclient.grpc as grpcclient
+from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
+from ._bundles import ROOT, SPIN, SPIN_ITERATIONS
+
+STARTUP_TIMEOUT_S = 120.0
+"""Generous: the first start compiles every (variant x batch size) module on the CPU."""
+STOP_TIMEOUT_S = 20.0
+"""SIGTERM, then this long for the process to exit before it is killed."""
+WAIT_S = 30.0
+"""Upper bound for anything the suite waits on (callbacks, metrics); never a timing assertion."""
+MAX_MESSAGE_BYTES = 512 * 1024 * 1024
+
+
+def free_port() -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class WorkerProcess:
+    """One ``reactantserver-worker`` subprocess with its own ports and a captured log."""
+
+    def __init__(self, repo: Path, log: Path, env: Mapping[str, str] | None = None) -> None:
+        self.repo = repo
+        self.log = log
+        self.grpc_port = free_port()
+        self.http_port = free_port()
+        while self.http_port == self.grpc_port:
+            self.http_port = free_port()
+        self.env = dict(env or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """``host:port`` of the gRPC listener, as tritonclient wants it."""
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def start(self) -> None:
+        """Spawn the process (returns at once; see :meth:`wait_ready`)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("INFERENCE_SERVER_")}
+        env.update(
+            {
+                "INFERENCE_SERVER_ENDPOINTS_PORT": str(self.grpc_port),
+                "INFERENCE_SERVER_ENDPOINTS_METRICS_PORT": str(self.http_port),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        env.update(self.env)
+        command = [sys.executable, "-m", "reactantserver.worker", "--model-repo", str(self.repo)]
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        STARTED.append(self)
+
+    def wait_ready(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+        """Poll ``ServerReady`` until true; fail with the log if the process dies or hangs."""
+        assert self.proc is not None
+        stop_at = time.monotonic() + timeout_s
+        with grpcclient.InferenceServerClient(self.url) as client:
+            while True:
+                code = self.proc.poll()
+                if code is not None:
+                    raise AssertionError(
+                        f"worker exited with {code} during start-up:\n{self.log_tail()}"
+                    )
+                with contextlib.suppress(InferenceServerException):
+                    if client.is_server_ready(client_timeout=2.0):
+                        return
+                if time.monotonic() > stop_at:
+                    raise AssertionError(
+                        f"worker not ready after {timeout_s} s:\n{self.log_tail()}"
+                    )
+                time.sleep(0.2)
+
+    def signal(self, sig: int = signal.SIGTERM) -> None:
+        """Send ``sig`` to the process."""
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout_s: float) -> int:
+        """The exit status, waiting at most ``timeout_s`` (raises ``TimeoutExpired``)."""
+        assert self.proc is not None
+        return self.proc.wait(timeout_s)
+
+    def stop(self) -> int | None:
+        """SIGTERM, wait, then SIGKILL; returns the exit status (``None`` if never started)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(STOP_TIMEOUT_S)
+        return self.proc.returncode
+
+    def log_tail(self, nchars: int = 12000) -> str:
+        """The end of the worker's stdout + stderr."""
+        if not self.log.exists():
+            return "(no log)"
+        text = self.log.read_text(errors="replace")
+        return text[-nchars:]
+
+    # -- the HTTP port ---------------------------------------------------------------------
+
+    def http_get(self, path: str) -> tuple[int, str, str]:
+        """``(status, content type, body)`` of ``GET path`` on the HTTP port."""
+        url = f"http://127.0.0.1:{self.http_port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                body = response.read().decode()
+                return response.status, response.headers.get("Content-Type", ""), body
+        except urllib.error.HTTPError as error:
+            with error:
+                body = error.read().decode()
+                return error.code, error.headers.get("Content-Type", ""), body
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Σ of the samples called ``name`` whose labels include ``labels`` (0 when none)."""
+        status, _, text = self.http_get("/metrics")
+        assert status == 200
+        return sum_samples(text, name, **labels)
+
+
+STARTED: list[WorkerProcess] = []
+"""Every worker started by this test session (their logs are attached to failures)."""
+
+
+def sum_samples(text: str, name: str, **labels: str) -> float:
+    """Σ of the samples called ``name`` in a Prometheus exposition whose labels match."""
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name != name:
+                continue
+            if all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
+    """Poll ``condition`` until true (bounded by ``timeout_s``, which is not an assertion)."""
+    stop_at = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > stop_at:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+# -- gRPC helpers -------------------------------------------------------------------------------
+
+
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+]
+
+
+@contextlib.contextmanager
+def open_channel(url: str) -> Iterator[grpc.Channel]:
+    """A plain insecure channel (closed on exit)."""
+    channel = grpc.insecure_channel(url, options=CHANNEL_OPTIONS)
+    try:
+        yield channel
+    finally:
+        channel.close()
+
+
+def inference_stub(channel: grpc.Channel) -> Any:
+    """tritonclient's own generated stub of ``inference.GRPCInferenceService``."""
+    return service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+
+def infer_input(name: str, array: np.ndarray[Any, Any], datatype: str) -> Any:
+    """A tritonclient ``InferInput`` carrying ``array`` as raw bytes."""
+    tensor = grpcclient.InferInput(name, list(array.shape), datatype)
+    tensor.set_data_from_numpy(array)
+    return tensor
+
+
+def raw_request(
+    model: str,
+    tensors: Sequence[tuple[str, str, Sequence[int], bytes | None]],
+    *,
+    outputs: Sequence[str] = (),
+    request_id: str = "",
+    version: str = "",
+) -> Any:
+    """A hand-built ``ModelInferRequest``: per input ``(name, datatype, shape, raw or None)``.
+
+    Inputs with ``None`` get no raw entry (set typed contents or SHM parameters afterwards).
+    """
+    request = service_pb2.ModelInferRequest(model_name=model, model_version=version, id=request_id)
+    for name, datatype, shape, raw in tensors:
+        request.inputs.add(name=name, datatype=datatype, shape=list(shape))
+        if raw is not None:
+            request.raw_input_contents.append(raw)
+    for name in outputs:
+        request.outputs.add(name=name)
+    return request
+
+
+def rows(n: int, features: int, seed: int, dtype: Any = np.float32) -> np.ndarray[Any, Any]:
+    """Deterministic test data ``[n, features]``."""
+    return np.random.default_rng(seed).standard_normal((n, features)).astype(dtype)
+
+
+def response_array(response: Any, index: int) -> np.ndarray[Any, Any]:
+    """Output ``index`` of a raw ``ModelInferResponse`` as a NumPy array (FP32/INT64 only)."""
+    output = response.outputs[index]
+    dtype = {"FP32": np.float32, "INT64": np.int64}[output.datatype]
+    return np.frombuffer(response.raw_output_contents[index], dtype).reshape(list(output.shape))
+
+
+def spin_input(iterations: float = SPIN_ITERATIONS) -> Any:
+    """The input of one :data:`SPIN` request that loops ``iterations`` times."""
+    x = np.zeros((1, 16), np.float32)
+    x[0, 0] = iterations
+    return infer_input("x", x, "FP32")
+
+
+class Answers:
+    """Collects ``async_infer`` answers by key: ``{key: (error, result)}``."""
+
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.answers: dict[str, tuple[Any, Any]] = {}
+        self._lock = threading.Lock()
+        self._all = threading.Event()
+
+    def callback(self, key: str) -> Callable[..., None]:
+        """The ``callback`` argument of one ``async_infer``."""
+
+        def done(result: Any, error: Any) -> None:
+            with self._lock:
+                self.answers[key] = (error, result)
+                if len(self.answers) == self.expected:
+                    self._all.set()
+
+        return done
+
+    def wait(self) -> dict[str, tuple[Any, Any]]:
+        """Every answer (bounded by :data:`WAIT_S`)."""
+        assert self._all.wait(WAIT_S), f"{len(self.answers)} of {self.expected} answered"
+        return self.answers
+
+
+@contextlib.contextmanager
+def dispatch_held(client: Any, worker: WorkerProcess) -> Iterator[None]:
+    """While inside, the dispatch thread runs a long :data:`SPIN` execution.
+
+    Two spin requests go out: a long one and a one-iteration one. Once two requests are in
+    flight and one is queued, the long one is executing (the short one would take
+    microseconds), so anything sent inside the block queues behind it. On exit both spin
+    requests must succeed.
+    """
+    spins = Answers(2)
+    client.async_infer(SPIN, [spin_input()], spins.callback("long"))
+    client.async_infer(SPIN, [spin_input(1)], spins.callback("short"))
+    wait_for(
+        lambda: (
+            worker.metric("worker_inflight_requests") == 2
+            and worker.metric("worker_queue_depth", model=SPIN) == 1
+        ),
+        "a spin request executing and another queued",
+    )
+    yield
+    for key, (error, result) in spins.wait().items():
+        assert error is None, (key, error)
+        assert result.as_numpy("y").shape == (1, 16)
+
+
+def status_of(error: BaseException) -> str:
+    """The gRPC status name of a tritonclient error or a ``grpc.RpcError``."""
+    if isinstance(error, grpc.RpcError):
+        code = error.code()
+        return str(code.name)
+    if isinstance(error, InferenceServerException):
+        return str(error.status() or "").removeprefix("StatusCode.")
+    raise AssertionError(f"not a gRPC error: {error!r}")
+
+
+def message_of(error: BaseException) -> str:
+    """The server's error text."""
+    if isinstance(error, grpc.RpcError):
+        return str(error.details() or "")
+    if isinstance(error, InferenceServerException):
+        return str(error.message() or "")
+    raise AssertionError(f"not a gRPC error: {error!r}")
+
+
+def model_stats(client: Any, model: str) -> Any:
+    """The ``ModelStatistics`` entry of ``model`` (one visible model, version "1")."""
+    response = client.get_inference_statistics(model_name=model)
+    (entry,) = response.model_stats
+    return entry

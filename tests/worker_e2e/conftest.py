@@ -1,0 +1,98 @@
+"""Session fixtures of the worker end-to-end suite: one exported repository, one worker.
+
+The repository holds the shipped examples (``mlp``, ``cnn``, ``classifier_hooks``,
+``two_io``) and the test bundles of ``_bundles.py``: ``hooky`` (``mlp`` with test hooks),
+``spin`` (holds the dispatch thread on request) and ``broken`` (fails to load on purpose). One
+worker serves it for the whole session in ``static`` mode; tests that need a special server
+(shutdown, in-flight cap) start their own on the same executable cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from ._bundles import HOOKY, add_broken, add_hooky, export_examples, load_weights
+from ._harness import STARTED, WorkerProcess, inference_stub, open_channel
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, Any]:
+    """Attach the log tail of every worker this session started to a failing report."""
+    report = yield
+    if report.failed and Path(str(item.path)).parent == Path(__file__).parent:
+        for worker in STARTED:
+            report.sections.append((f"worker log {worker.log.name}", worker.log_tail(6000)))
+    return report
+
+
+@pytest.fixture(scope="session")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The model repository: the examples and the test bundles, exported once."""
+    root = tmp_path_factory.mktemp("models")
+    export_examples(root)
+    add_hooky(root)
+    add_broken(root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``cache_dir`` shared by every worker of the session (executables compile once)."""
+    path = tmp_path_factory.mktemp("cache")
+    path.chmod(0o700)
+    return path
+
+
+@pytest.fixture(scope="session")
+def worker(
+    repo: Path, cache_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
+    """The session's worker, ready; always terminated at the end."""
+    log = tmp_path_factory.mktemp("logs") / "worker.log"
+    env = {
+        "INFERENCE_SERVER_CACHE_DIR": str(cache_dir),
+        "INFERENCE_SERVER_MODEL_CONTROL_MODE": "static",
+    }
+    process = WorkerProcess(repo, log, env)
+    process.start()
+    try:
+        process.wait_ready()
+        yield process
+    finally:
+        code = process.stop()
+    assert code == 0, f"the session worker exited with {code}:\n{process.log_tail()}"
+
+
+@pytest.fixture(scope="session")
+def client(worker: WorkerProcess) -> Iterator[Any]:
+    """The sync ``tritonclient.grpc`` client of the session worker."""
+    with grpcclient.InferenceServerClient(worker.url) as triton:
+        yield triton
+
+
+@pytest.fixture(scope="session")
+def channel(worker: WorkerProcess) -> Iterator[grpc.Channel]:
+    """A raw channel to the session worker."""
+    with open_channel(worker.url) as opened:
+        yield opened
+
+
+@pytest.fixture(scope="session")
+def stub(channel: grpc.Channel) -> Any:
+    """tritonclient's generated stub, for requests the high-level client will not build."""
+    return inference_stub(channel)
+
+
+@pytest.fixture(scope="session")
+def weights(repo: Path) -> dict[str, dict[str, np.ndarray[Any, Any]]]:
+    """Weights of the bundles with NumPy references, by model."""
+    return {name: load_weights(repo / name) for name in ("mlp", "two_io", HOOKY)}
