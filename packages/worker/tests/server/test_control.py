@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-import attrs
 import grpc
 import jax
 import numpy as np
@@ -18,23 +17,13 @@ from packages.worker.tests.conftest import BundleMaker, Tensor
 from reactantserver.core.config import ModelControlMode, SchedulingDiscipline, WorkerConfig
 from reactantserver.core.errors import ModelUnavailableError
 from reactantserver.core.hooks import NamedTensor
-from reactantserver.core.manifest import load_manifest
 from reactantserver.core.protocol import control_pb2, control_pb2_grpc
-from reactantserver.core.weights import PrivateWeightStore
-from reactantserver.worker._backend import JaxBackend
-from reactantserver.worker.dataplane import DataPlane
-from reactantserver.worker.hooks import BundleHooks, hook_pool
 from reactantserver.worker.registry import ModelEntry
-from reactantserver.worker.runtime import (
-    ExecutableCache,
-    LoadedModel,
-    Residency,
-    WeightCache,
-    load_bundle,
-)
-from reactantserver.worker.scheduler import ScheduledModel, Scheduler
+from reactantserver.worker.runtime import Residency
 from reactantserver.worker.server.control import add_control_service
-from reactantserver.worker.server.state import Runtime, WorkerState
+from reactantserver.worker.server.state import WorkerState
+
+from ._world import World, start_world, world_config
 
 _T = TypeVar("_T")
 Stub = Any  # control_pb2_grpc.WorkerControlAsyncStub (typing-only in the generated stubs)
@@ -61,38 +50,21 @@ def _columns(x: jax.Array, w: jax.Array) -> jax.Array:
     return x * w[:, None]
 
 
-@attrs.define
-class World:
-    """One worker's state with a started runtime (scheduler running)."""
-
-    state: WorkerState
-    runtime: Runtime
-    loaded: list[LoadedModel]
-
-    def close(self) -> None:
-        self.runtime.scheduler.stop(grace_s=1.0)
-        self.runtime.pool.shutdown()
-        for model in self.loaded:
-            model.close()
-
-
 WorldMaker = Callable[..., World]
 
 
 @pytest.fixture
 def make_world(make_bundle: BundleMaker, tmp_path: Path) -> Iterator[WorldMaker]:
-    bundles = {
-        "alpha": make_bundle(
+    bundles = [
+        make_bundle(
             "alpha", _rows, inputs=[ALPHA_X], outputs=[ALPHA_Y], weights=[("w", W)],
             batch_sizes=[1, 4],
         ),
-        "beta": make_bundle(
+        make_bundle(
             "beta", _columns, inputs=[BETA_X], outputs=[BETA_Y], weights=[("w", W)],
             batch_sizes=[1, 4],
         ),
-    }  # fmt: skip
-    backend = JaxBackend("cpu")
-    executables = ExecutableCache(tmp_path / "exe", backend)
+    ]  # fmt: skip
     worlds: list[World] = []
 
     def make(
@@ -101,51 +73,21 @@ def make_world(make_bundle: BundleMaker, tmp_path: Path) -> Iterator[WorldMaker]
         discipline: SchedulingDiscipline = SchedulingDiscipline.FAIR,
         cache: bool = True,
         budget: int = 100 * NBYTES,
+        residency: Mapping[str, str] | None = None,
         worker_name: str | None = None,
     ) -> World:
-        base = WorkerConfig()
-        config = attrs.evolve(
-            base,
-            model_control_mode=mode,
-            scheduler=attrs.evolve(base.scheduler, discipline=discipline),
+        config = world_config(
+            tmp_path / "cache",
+            mode=mode,
+            discipline=discipline,
+            budget=budget if cache else 0,
+            residency=residency,
             worker_name=worker_name,
         )
-        state = WorkerState(config, version="0.0.test")
-        explicit = mode is ModelControlMode.EXPLICIT
-        weights = WeightCache(backend, budget=budget, enabled=cache, explicit=explicit)
-        scheduler = Scheduler(backend, weights, config.scheduler)
-        store = PrivateWeightStore()
-        loaded_models = []
-        for name, bundle in bundles.items():
-            loaded = load_bundle(bundle, backend, executables)
-            loaded_models.append(loaded)
-            floor = Residency.PINNED_SYSTEM if cache else Residency.UNPINNED
-            weights.add_model(name, loaded.weight_source(store), floor)
-            scheduled = ScheduledModel.from_loaded(loaded)
-            scheduler.add_model(scheduled)
-            manifest = load_manifest(bundle)
-            state.registry.put(
-                ModelEntry.ready(manifest, BundleHooks(), scheduled=scheduled, loaded=loaded)
-            )
-        state.registry.put(ModelEntry.loading("compiling"))
-        state.registry.put(ModelEntry.failed("broken", "manifest.yaml: bad dtype"))
-        pool = hook_pool(2)
-        runtime = Runtime(
-            backend=backend,
-            platform="cpu",
-            device_kind="cpu",
-            weights=weights,
-            executables=executables,
-            store=store,
-            scheduler=scheduler,
-            dataplane=DataPlane(state.registry, scheduler, pool, limiter=state.limiter),
-            pool=pool,
-        )
-        scheduler.start()
-        state.runtime = runtime
-        state.started = True
-        world = World(state, runtime, loaded_models)
+        world = start_world(config, bundles)
         worlds.append(world)
+        world.state.registry.put(ModelEntry.loading("compiling"))
+        world.state.registry.put(ModelEntry.failed("broken", "manifest.yaml: bad dtype"))
         return world
 
     try:
@@ -259,6 +201,21 @@ def test_status_without_the_cache_and_in_explicit_mode(make_world: WorldMaker) -
     assert response.weight_load_bytes_total == 0
     for model in response.models:
         assert (model.residency, model.device_resident) == (PINNED_SYSTEM, False)
+
+
+def test_status_reports_configured_floors(make_world: WorldMaker) -> None:
+    world = make_world(residency={"alpha": "unpinned", "beta": "device"})
+    response = serve(world.state, _status)
+    alpha, beta = response.models
+    assert (alpha.residency, alpha.device_resident, alpha.host_resident) == (
+        UNPINNED,
+        False,
+        False,
+    )
+    # A device floor loads at admission and counts as pinned, outside the budget.
+    assert (beta.residency, beta.device_resident) == (PINNED_DEVICE, True)
+    assert response.pinned_bytes == NBYTES
+    assert response.weight_load_bytes_total == NBYTES
 
 
 # -- SetModelResidency -------------------------------------------------------------------------

@@ -19,16 +19,13 @@ from prometheus_client.samples import Sample
 from packages.worker.tests.conftest import BundleMaker, Tensor
 from reactantserver.core.config import Backend, ModelControlMode, RuntimeConfig, WorkerConfig
 from reactantserver.core.hooks import NamedTensor
-from reactantserver.core.manifest import load_manifest
 from reactantserver.core.types import InferRequest
 from reactantserver.core.weights import PrivateWeightStore
-from reactantserver.worker._backend import JaxBackend
 from reactantserver.worker.dataplane import DataPlane
-from reactantserver.worker.hooks import load_hooks
 from reactantserver.worker.registry import ModelEntry, ModelState
-from reactantserver.worker.runtime import ExecutableCache, Residency, WeightCache, load_bundle
+from reactantserver.worker.runtime import ExecutableCache, Residency, WeightCache
 from reactantserver.worker.runtime.budget import BudgetPolicy
-from reactantserver.worker.scheduler import ScheduledModel, Scheduler
+from reactantserver.worker.scheduler import Scheduler
 from reactantserver.worker.server.metrics import (
     CONTENT_TYPE,
     LATENCY_BUCKETS,
@@ -37,6 +34,8 @@ from reactantserver.worker.server.metrics import (
 )
 from reactantserver.worker.server.state import Runtime, WorkerState
 from reactantserver.worker.testing import MockBackend
+
+from ._world import start_world, world_config
 
 Array = np.ndarray[Any, Any]
 X = Tensor("x", "f32", "nk", {"k": 2})
@@ -374,46 +373,18 @@ def test_without_the_cache_or_device_stats_those_series_are_absent(
 
 
 @pytest.fixture
-def live(
-    make_bundle: BundleMaker, tmp_path: Path, pool: concurrent.futures.ThreadPoolExecutor
-) -> Iterator[WorkerState]:
+def live(make_bundle: BundleMaker, tmp_path: Path) -> Iterator[WorkerState]:
     """A worker state over one compiled jax bundle ("plain", sizes 1 and 4), scheduler running."""
-    state = WorkerState(WorkerConfig(worker_name="w0"), version="0.1.0")
-    backend = JaxBackend("cpu")
-    executables = ExecutableCache(tmp_path / "exe", backend)
-    weights = WeightCache(backend, budget=1 << 20)
-    store = PrivateWeightStore()
-    scheduler = Scheduler(backend, weights)
     bundle = make_bundle(
         "plain", _scale, inputs=[X], outputs=[Y], weights=[("w", W)], batch_sizes=[1, 4]
     )
-    manifest = load_manifest(bundle)
-    loaded = load_bundle(bundle, backend, executables)
-    weights.add_model("plain", loaded.weight_source(store), Residency.PINNED_SYSTEM)
-    scheduled = ScheduledModel.from_loaded(loaded)
-    scheduler.add_model(scheduled)
-    state.registry.put(
-        ModelEntry.ready(manifest, load_hooks(bundle, manifest), scheduled=scheduled, loaded=loaded)
-    )
-    state.registry.put(ModelEntry.loading("compiling"))
-    state.runtime = Runtime(
-        backend=backend,
-        platform=backend.platform,
-        device_kind=backend.device_kind,
-        weights=weights,
-        executables=executables,
-        store=store,
-        scheduler=scheduler,
-        dataplane=DataPlane(state.registry, scheduler, pool, limiter=state.limiter),
-        pool=pool,
-    )
-    state.started = True
-    scheduler.start()
+    config = world_config(tmp_path / "cache", budget=1 << 20, worker_name="w0")
+    world = start_world(config, [bundle], version="0.1.0")
+    world.state.registry.put(ModelEntry.loading("compiling"))
     try:
-        yield state
+        yield world.state
     finally:
-        scheduler.stop(grace_s=1.0)
-        loaded.close()
+        world.close()
 
 
 def test_scheduler_and_runtime_series_after_real_requests(live: WorkerState) -> None:

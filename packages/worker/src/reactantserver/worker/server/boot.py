@@ -35,7 +35,15 @@ from reactantserver.worker.scheduler import ScheduledModel, Scheduler
 from reactantserver.worker.server.scan import scan_model_dirs
 from reactantserver.worker.server.state import Runtime, WorkerState
 
-__all__ = ["BackendStartError", "LoadedBundle", "boot", "create_backend", "load_model"]
+__all__ = [
+    "BackendStartError",
+    "LoadedBundle",
+    "boot",
+    "budget_policy",
+    "build_runtime",
+    "create_backend",
+    "load_model",
+]
 
 _log = logging.getLogger("reactantserver.worker.boot")
 
@@ -111,6 +119,7 @@ def build_runtime(state: WorkerState) -> Runtime:
 
 
 def budget_policy(config: WorkerConfig, backend: Backend) -> BudgetPolicy:
+    """The on-demand budget's inputs: the device arena and the configured shares."""
     runtime = config.runtime
     return BudgetPolicy(
         arena=arena_bytes(backend.memory_stats()),
