@@ -66,12 +66,13 @@ class DataPlane:
         self.limiter = limiter or InflightLimiter(0)
         self._clock = clock
         self._lock = threading.Lock()
-        self._stats: dict[str, RequestStats] = {}
+        self._stats: dict[str, _Counts] = {}
 
     def request_stats(self, name: str) -> RequestStats:
         """Cumulative handler outcomes of ``name``."""
         with self._lock:
-            return self._stats.get(name, RequestStats())
+            counts = self._stats.get(name)
+            return RequestStats(**attrs.asdict(counts)) if counts is not None else RequestStats()
 
     async def infer(self, request: InferRequest) -> InferResponse:
         """Serve one request; raises a ``ReactantError`` subclass on any failure.
@@ -132,21 +133,28 @@ class DataPlane:
         return InferResponse(model_name=entry.name, model_version="1", id=request.id, outputs=named)
 
     def _record(self, name: str, elapsed_ns: int, *, ok: bool) -> None:
-        now_ms = time.time_ns() // 1_000_000
         with self._lock:
-            old = self._stats.get(name, RequestStats())
+            counts = self._stats.get(name)
+            if counts is None:
+                counts = self._stats[name] = _Counts()
             if ok:
-                new = attrs.evolve(
-                    old,
-                    success_count=old.success_count + 1,
-                    success_ns=old.success_ns + elapsed_ns,
-                    last_inference_ms=now_ms,
-                )
+                counts.success_count += 1
+                counts.success_ns += elapsed_ns
+                counts.last_inference_ms = time.time_ns() // 1_000_000
             else:
-                new = attrs.evolve(
-                    old, fail_count=old.fail_count + 1, fail_ns=old.fail_ns + elapsed_ns
-                )
-            self._stats[name] = new
+                counts.fail_count += 1
+                counts.fail_ns += elapsed_ns
+
+
+@attrs.define
+class _Counts:
+    """The mutable twin of :class:`RequestStats` (one per model, under the lock)."""
+
+    success_count: int = 0
+    success_ns: int = 0
+    fail_count: int = 0
+    fail_ns: int = 0
+    last_inference_ms: int = 0
 
 
 def _check_requested(manifest: Manifest, requested: Sequence[OutputRequest]) -> None:

@@ -210,7 +210,8 @@ class WorkerMetrics:
             env.get("CUDA_VISIBLE_DEVICES"), state.config.runtime.device_ordinal
         )
         self._lock = threading.Lock()
-        self._statuses: dict[str, set[str]] = {}
+        # (model, status) -> its counter and latency children: one dict hit per request.
+        self._children: dict[tuple[str, grpc.StatusCode], tuple[Counter, Histogram]] = {}
         self.registry: CollectorRegistry = _LabelledRegistry(self._constant_labels)
         self._requests = Counter(
             "worker_requests_total",
@@ -239,22 +240,30 @@ class WorkerMetrics:
 
     def observe_request(self, model: str, status: grpc.StatusCode, seconds: float) -> None:
         """Count one finished inference request (a :data:`RequestObserver`)."""
+        key = (model, status)
         with self._lock:
-            if self._state.registry.get(model) is None:
-                return
-            code = status.name
-            self._requests.labels(model, code).inc()
-            self._latency.labels(model).observe(seconds)
-            self._statuses.setdefault(model, set()).add(code)
+            children = self._children.get(key)
+            if children is None:
+                if self._state.registry.get(model) is None:
+                    return
+                children = (
+                    self._requests.labels(model, status.name),
+                    self._latency.labels(model),
+                )
+                self._children[key] = children
+            counter, histogram = children
+            counter.inc()
+            histogram.observe(seconds)
 
     def forget_model(self, name: str) -> None:
         """Drop the request series of ``name`` (after it left the registry)."""
         with self._lock:
-            statuses = self._statuses.pop(name, None)
-            if statuses is None:
+            keys = [key for key in self._children if key[0] == name]
+            if not keys:
                 return
-            for code in statuses:
-                self._requests.remove(name, code)
+            for key in keys:
+                del self._children[key]
+                self._requests.remove(name, key[1].name)
             self._latency.remove(name)
 
     def render(self) -> bytes:

@@ -1,0 +1,124 @@
+"""A bare grpc.aio server answering ``ModelInfer`` with a canned response (the gRPC floor).
+
+Run by ``bench.worker_grpc`` in its own process so that it does not share a GIL with the
+client::
+
+    .venv/bin/python -m bench._bare_server --port 8001
+
+It serves the Triton inference service at its public paths through
+:func:`reactantserver.core.protocol.inference_service_handler`, on a uvloop event loop, with
+the worker's message limits: ``ServerLive`` / ``ServerReady`` / ``ModelReady`` answer true
+and ``ModelInfer`` answers, without looking at the inputs, one response built at start-up
+for the requested model name: the example's output tensor (``logits``, one row, FP32, zeros)
+with the same name, datatype and shape as the real model's. Unknown model names get the
+``mlp`` response. Everything a Python gRPC server must do per call is left: HTTP/2 framing,
+request parsing, the handler coroutine, response serialization (about 1 us for this message).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from collections.abc import Mapping
+
+import grpc
+import uvloop
+
+from reactantserver.core.protocol import grpc_service_pb2 as pb
+from reactantserver.core.protocol import inference_service_handler
+
+__all__ = ["CANNED_OUTPUTS", "canned_response", "main", "serve"]
+
+#: Model name -> (output name, shape) of the canned answer; the shapes of the examples' outputs.
+CANNED_OUTPUTS: Mapping[str, tuple[str, tuple[int, ...]]] = {
+    "mlp": ("logits", (1, 4)),
+    "cnn": ("logits", (1, 10)),
+}
+
+_MAX_MESSAGE = 512 * 1024 * 1024  # the worker's grpc.max_{recv,send}_msg_bytes default
+
+
+def canned_response(model: str) -> pb.ModelInferResponse:
+    """The canned ``ModelInferResponse`` for ``model`` (one FP32 output of zeros)."""
+    name, shape = CANNED_OUTPUTS.get(model, CANNED_OUTPUTS["mlp"])
+    count = 1
+    for dim in shape:
+        count *= dim
+    response = pb.ModelInferResponse(model_name=model, model_version="1")
+    response.outputs.add(name=name, datatype="FP32", shape=shape)
+    response.raw_output_contents.append(bytes(4 * count))
+    return response
+
+
+async def serve(host: str, port: int, stop: asyncio.Event) -> None:
+    """Serve on ``host:port`` until ``stop`` is set."""
+    canned = {model: canned_response(model) for model in CANNED_OUTPUTS}
+    default = canned["mlp"]
+
+    async def model_infer(
+        request: pb.ModelInferRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelInferResponse:
+        return canned.get(request.model_name, default)
+
+    async def server_live(
+        request: pb.ServerLiveRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=True)
+
+    async def server_ready(
+        request: pb.ServerReadyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=True)
+
+    async def model_ready(
+        request: pb.ModelReadyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelReadyResponse:
+        return pb.ModelReadyResponse(ready=True)
+
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", _MAX_MESSAGE),
+            ("grpc.max_send_message_length", _MAX_MESSAGE),
+        ]
+    )
+    server.add_generic_rpc_handlers(
+        [
+            inference_service_handler(
+                {
+                    "ModelInfer": model_infer,
+                    "ServerLive": server_live,
+                    "ServerReady": server_ready,
+                    "ModelReady": model_ready,
+                }
+            )
+        ]
+    )
+    server.add_insecure_port(f"{host}:{port}")
+    await server.start()
+    try:
+        await stop.wait()
+    finally:
+        await server.stop(0)
+
+
+async def _main(host: str, port: int) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await serve(host, port, stop)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point: serve until SIGTERM or SIGINT."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args(argv)
+    uvloop.run(_main(args.host, args.port))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,258 @@
+"""The two server subprocesses of ``bench.worker_grpc``: the worker and the bare server.
+
+Each runs from the repository root with its output in a log file; readiness is polled with
+stock ``tritonclient.grpc`` and the process stops on SIGTERM. CPU time is read per thread from
+``/proc`` (Linux) and added up by thread group, and the worker's ``ModelStatistics`` are read
+as plain counters, so a run can say where the server's time went.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+__all__ = [
+    "STOP_TIMEOUT_S",
+    "Server",
+    "cpu_split",
+    "export_examples",
+    "model_stats",
+    "start_bare",
+    "start_worker",
+    "thread_cpu",
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+STOP_TIMEOUT_S = 30.0
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _thread_group(pid: int, tid: int, comm: str, main_comm: str) -> str:
+    if tid == pid:
+        return "main"  # the event loop's thread
+    if comm == main_comm:
+        return "python"  # Python threads (dispatch, hook pool, grpc.aio's poller) keep it
+    if comm.startswith(("event_engine", "grpc")):
+        return "grpc"
+    return "other"
+
+
+def thread_cpu(pid: int) -> dict[str, float] | None:
+    """User + system CPU seconds of process ``pid`` by thread group (see
+    :func:`_thread_group`); None off Linux or once the process is gone."""
+    groups: dict[str, float] = {}
+    try:
+        tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+        main_comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue  # exited since the listing
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        # fields[0] is the state (field 3 of stat(5)); utime and stime are fields 14 and 15.
+        fields = stat.rsplit(")", 1)[1].split()
+        group = _thread_group(pid, tid, comm, main_comm)
+        groups[group] = groups.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    return groups
+
+
+class Server:
+    """A server subprocess (the worker or the bare server) with its log file."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str],
+        port: int,
+        log: Path,
+        *,
+        cpus: frozenset[int] | None = None,
+    ):
+        self.name = name
+        self.port = port
+        self.url = f"127.0.0.1:{port}"
+        self.log = log
+        self.cpus = cpus
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+        self.pin()
+
+    def pin(self) -> None:
+        """Restrict every thread of the server to ``cpus`` (threads it starts later inherit).
+
+        Done right after the start (before the interpreter has started any thread) and again
+        once it is ready.
+        """
+        if self.cpus is None:
+            return
+        try:
+            tids = os.listdir(f"/proc/{self.proc.pid}/task")
+        except OSError:
+            tids = [str(self.proc.pid)]
+        for tid in tids:
+            try:
+                os.sched_setaffinity(int(tid), self.cpus)
+            except OSError:
+                continue  # exited meanwhile
+
+    def cpu_seconds(self) -> dict[str, float] | None:
+        """CPU seconds the server process has used so far, by thread group."""
+        return thread_cpu(self.proc.pid)
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` lines of the server's output."""
+        text = self.log.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+    def wait_ready(self, models: Sequence[str], timeout_s: float) -> float:
+        """Poll ``is_server_ready`` (then each model's readiness); returns the seconds taken."""
+        import tritonclient.grpc as grpcclient
+
+        start = time.perf_counter()
+        deadline = start + timeout_s
+        client = grpcclient.InferenceServerClient(self.url)
+        try:
+            while True:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(
+                        f"{self.name} exited with status {self.proc.returncode} before it was "
+                        f"ready; its output:\n{self.log_tail()}"
+                    )
+                try:
+                    if client.is_server_ready(client_timeout=2.0) and all(
+                        client.is_model_ready(m, client_timeout=2.0) for m in models
+                    ):
+                        self.pin()
+                        return time.perf_counter() - start
+                except Exception:  # not listening yet
+                    pass
+                if time.perf_counter() > deadline:
+                    raise TimeoutError(
+                        f"{self.name} not ready after {timeout_s:g} s; its output:\n"
+                        f"{self.log_tail()}"
+                    )
+                time.sleep(0.2)
+        finally:
+            client.close()
+
+    def stop(self) -> int | None:
+        """SIGTERM, wait (kill after ``STOP_TIMEOUT_S``); returns the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def start_bare(tmp: Path, cpus: frozenset[int] | None) -> Server:
+    """Start ``python -m bench._bare_server`` on a free port, its output in ``tmp/bare.log``."""
+    port = _free_port()
+    argv = [sys.executable, "-m", "bench._bare_server", "--port", str(port)]
+    return Server("bare server", argv, dict(os.environ), port, tmp / "bare.log", cpus=cpus)
+
+
+def _worker_module() -> str:
+    # ``python -m reactantserver.worker`` needs worker/__main__.py; the console script's
+    # module is the fallback while it is missing.
+    if importlib.util.find_spec("reactantserver.worker.__main__") is not None:
+        return "reactantserver.worker"
+    return "reactantserver.worker._cli"
+
+
+def start_worker(
+    tmp: Path, models: Path, extra_env: Mapping[str, str], cpus: frozenset[int] | None
+) -> Server:
+    """Start ``python -m reactantserver.worker --model-repo models`` on free ports.
+
+    Static model control (no repository polling), CPU backend, warnings-only logs, its
+    executable cache under ``tmp``; ``extra_env`` (``INFERENCE_SERVER_*`` overrides) last.
+    """
+    port = _free_port()
+    env = dict(os.environ)
+    env.update(
+        INFERENCE_SERVER_ENDPOINTS_PORT=str(port),
+        INFERENCE_SERVER_ENDPOINTS_METRICS_PORT=str(_free_port()),
+        INFERENCE_SERVER_MODEL_CONTROL_MODE="static",
+        INFERENCE_SERVER_RUNTIME_BACKEND="cpu",
+        INFERENCE_SERVER_CACHE_DIR=str(tmp / "cache"),
+        INFERENCE_SERVER_LOGGING_LEVEL="warning",
+    )
+    env.update(extra_env)
+    argv = [sys.executable, "-m", _worker_module(), "--model-repo", str(models)]
+    return Server("worker", argv, env, port, tmp / "worker.log", cpus=cpus)
+
+
+def cpu_split() -> tuple[frozenset[int], frozenset[int]] | None:
+    """(client CPUs, server CPUs): the first CPU this process may use, and the others.
+
+    None where affinity cannot be set or fewer than two CPUs are available.
+    """
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        return None
+    return frozenset(allowed[:1]), frozenset(allowed[1:])
+
+
+def export_examples(models: Path, names: Sequence[str]) -> None:
+    """Export the ``examples/<name>`` bundles into ``models/<name>``."""
+    for name in names:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                f"examples.{name}.export",
+                "--out",
+                str(models),
+                "--no-progress",
+            ],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+
+
+#: ModelStatistics counters read by :func:`model_stats` (``*_ns`` are durations).
+_STATS = ("inference_count", "execution_count")
+_DURATIONS = ("queue", "compute_input", "compute_infer", "compute_output")
+
+
+def model_stats(url: str, model: str) -> dict[str, int] | None:
+    """The worker's ``ModelStatistics`` counters for ``model``; None if it cannot answer."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        stats = client.get_inference_statistics(model, client_timeout=5.0).model_stats[0]
+    except Exception:  # a worker without statistics still gets benchmarked
+        return None
+    finally:
+        client.close()
+    out = {name: int(getattr(stats, name)) for name in _STATS}
+    for name in _DURATIONS:
+        out[f"{name}_ns"] = int(getattr(stats.inference_stats, name).ns)
+    return out
