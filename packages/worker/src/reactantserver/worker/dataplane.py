@@ -36,9 +36,12 @@ from reactantserver.worker.validation import order_tensors
 __all__ = ["DataPlane", "RequestStats"]
 
 
-@attrs.frozen
+@attrs.define
 class RequestStats:
-    """Handler-level outcomes of one model's requests (``ModelStatistics`` success/fail)."""
+    """Handler-level outcomes of one model's requests (``ModelStatistics`` success/fail).
+
+    The data plane updates its own record in place under its lock and hands out copies.
+    """
 
     success_count: int = 0
     success_ns: int = 0
@@ -66,13 +69,13 @@ class DataPlane:
         self.limiter = limiter or InflightLimiter(0)
         self._clock = clock
         self._lock = threading.Lock()
-        self._stats: dict[str, _Counts] = {}
+        self._stats: dict[str, RequestStats] = {}
 
     def request_stats(self, name: str) -> RequestStats:
         """Cumulative handler outcomes of ``name``."""
         with self._lock:
             counts = self._stats.get(name)
-            return RequestStats(**attrs.asdict(counts)) if counts is not None else RequestStats()
+            return attrs.evolve(counts) if counts is not None else RequestStats()
 
     async def infer(self, request: InferRequest) -> InferResponse:
         """Serve one request; raises a ``ReactantError`` subclass on any failure.
@@ -136,7 +139,7 @@ class DataPlane:
         with self._lock:
             counts = self._stats.get(name)
             if counts is None:
-                counts = self._stats[name] = _Counts()
+                counts = self._stats[name] = RequestStats()
             if ok:
                 counts.success_count += 1
                 counts.success_ns += elapsed_ns
@@ -144,17 +147,6 @@ class DataPlane:
             else:
                 counts.fail_count += 1
                 counts.fail_ns += elapsed_ns
-
-
-@attrs.define
-class _Counts:
-    """The mutable twin of :class:`RequestStats` (one per model, under the lock)."""
-
-    success_count: int = 0
-    success_ns: int = 0
-    fail_count: int = 0
-    fail_ns: int = 0
-    last_inference_ms: int = 0
 
 
 def _check_requested(manifest: Manifest, requested: Sequence[OutputRequest]) -> None:

@@ -159,16 +159,16 @@ class InferenceService:
         entry = await self._find(request.name, request.version, context)
         runtime = self.state.runtime
         scheduled = entry.scheduled
-        weights = None if runtime is None else runtime.weights
-        name = entry.name
-        in_cache = weights is not None and name in weights
+        residency = "NONE"
+        if runtime is not None and entry.name in runtime.weights:
+            residency = runtime.weights.residency(entry.name).name
         return model_info.model_config(
             entry,
             platform=self._platform(),
             device_ordinal=self.state.config.runtime.device_ordinal,
             max_queue_depth=self.state.config.scheduler.max_queue_depth,
             effective_max_batch=0 if scheduled is None else scheduled.max_batch,
-            residency=weights.residency(name).name if in_cache and weights else "NONE",
+            residency=residency,
             weight_bytes=0 if entry.loaded is None else entry.loaded.weight_nbytes,
         )
 
