@@ -53,6 +53,11 @@ class CostTable:
         """Every known estimate of ``model``, by batch size."""
         return {b: c for (m, b), c in self._costs.items() if m == model}
 
+    def rename(self, old: str, new: str) -> None:
+        """Move every estimate of ``old`` to ``new`` (a rename in place)."""
+        for model, batch in [k for k in self._costs if k[0] == old]:
+            self._costs[(new, batch)] = self._costs.pop((model, batch))
+
     def forget(self, model: str) -> None:
         """Drop every estimate of ``model``."""
         for key in [k for k in self._costs if k[0] == model]:

@@ -110,6 +110,24 @@ class Scheduler:
                 self._s.load.forget(name)
             return model
 
+    def rename_model(self, old: str, new: str) -> ScheduledModel:
+        """Re-key the admitting generation of ``old`` as ``new`` with its queue and counters.
+
+        Queued requests move with it and keep their place; ``KeyError`` for an unknown
+        ``old``, ``ValueError`` when ``new`` is taken (dispatch thread: no batch in flight).
+        """
+        with self._s.cond:
+            if new in self._s.models or self._s.queues.get(new):
+                raise ValueError(f"model {new!r} is already scheduled")
+            model = self._s.models.pop(old)
+            model.name = new
+            self._s.models[new] = model
+            self._s.queues[new] = self._s.queues.pop(old) if old in self._s.queues else ModelQueue()
+            self._s.stats[new] = self._s.stats.pop(old) if old in self._s.stats else ModelStats()
+            self._s.costs.rename(old, new)
+            self._s.load.rename(old, new)
+            return model
+
     def model(self, name: str) -> ScheduledModel | None:
         """The admitting generation of ``name``."""
         with self._s.cond:

@@ -91,3 +91,8 @@ class RecentLoad:
     def forget(self, name: str) -> None:
         """Drop a model's history (it was unloaded)."""
         self._ema.pop(name, None)
+
+    def rename(self, old: str, new: str) -> None:
+        """Move ``old``'s history to ``new`` (a rename in place)."""
+        if old in self._ema:
+            self._ema[new] = self._ema.pop(old)

@@ -34,6 +34,7 @@ from reactantserver.worker.server.http import http_app, start_http
 from reactantserver.worker.server.inference import InferenceService
 from reactantserver.worker.server.metrics import WorkerMetrics
 from reactantserver.worker.server.state import WorkerState
+from reactantserver.worker.server.watcher import start_lifecycle
 
 __all__ = ["WorkerServer", "grpc_server_options", "server_credentials"]
 
@@ -150,7 +151,8 @@ class WorkerServer:
         def run() -> None:
             error: BaseException | None = None
             try:
-                boot(self.state)
+                booted = boot(self.state)
+                start_lifecycle(self.state, booted)
             except BaseException as exc:
                 error = exc
             loop.call_soon_threadsafe(settle, error)
@@ -175,6 +177,8 @@ class WorkerServer:
         grace = self.config.shutdown_grace_seconds
         _log.info("shutdown: health NOT_SERVING, draining for up to %.1f s", grace)
         await self.health.shut_down()
+        if state.watcher is not None:
+            await asyncio.to_thread(state.watcher.stop, 1.0)
         waits: list[Any] = []
         runtime = state.runtime
         if runtime is not None:

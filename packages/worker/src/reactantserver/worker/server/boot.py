@@ -19,28 +19,34 @@ import attrs
 from reactantserver.core.config import Backend as BackendName
 from reactantserver.core.config import WorkerConfig
 from reactantserver.core.errors import BundleError
-from reactantserver.core.manifest import load_manifest
+from reactantserver.core.manifest import Manifest, load_manifest
 from reactantserver.core.weights import PrivateWeightStore, SharedWeightStore, WeightStore
 from reactantserver.worker.dataplane import DataPlane
-from reactantserver.worker.hooks import hook_pool, hook_pool_size, load_hooks
+from reactantserver.worker.hooks import BundleHooks, hook_pool, hook_pool_size, load_hooks
 from reactantserver.worker.registry import ModelEntry
 from reactantserver.worker.runtime.backend import Backend, CompileSpec
 from reactantserver.worker.runtime.budget import BudgetPolicy, arena_bytes
 from reactantserver.worker.runtime.executable_cache import ExecutableCache
-from reactantserver.worker.runtime.loader import load_bundle
+from reactantserver.worker.runtime.loader import LoadedModel, load_bundle
 from reactantserver.worker.runtime.probe import ModelRuns, model_runs, start_up
 from reactantserver.worker.runtime.residency import Residency, resolve_residency
 from reactantserver.worker.runtime.weight_cache import WeightCache
 from reactantserver.worker.scheduler import ScheduledModel, Scheduler
-from reactantserver.worker.server.scan import scan_model_dirs
+from reactantserver.worker.server.digest import BundleDigester
+from reactantserver.worker.server.reconcile import Seen
+from reactantserver.worker.server.scan import observe, scan_model_dirs
 from reactantserver.worker.server.state import Runtime, WorkerState
 
 __all__ = [
     "BackendStartError",
+    "Booted",
+    "CompiledBundle",
     "LoadedBundle",
+    "admit_model",
     "boot",
     "budget_policy",
     "build_runtime",
+    "compile_model",
     "create_backend",
     "load_model",
 ]
@@ -138,17 +144,28 @@ class LoadedBundle:
     seconds: float
 
 
+@attrs.frozen
+class CompiledBundle:
+    """A bundle parsed, imported and compiled, its weights not yet admitted (loader thread)."""
+
+    manifest: Manifest
+    hooks: BundleHooks
+    loaded: LoadedModel
+    generation: int
+    started: float
+    """``time.perf_counter()`` when the load began."""
+
+
 def _compile_spec(config: WorkerConfig) -> CompileSpec:
     return CompileSpec(numerics=config.runtime.numerics.value, autotune=config.runtime.autotune)
 
 
-def load_model(
+def compile_model(
     state: WorkerState, runtime: Runtime, bundle: Path, *, generation: int = 1
-) -> LoadedBundle:
-    """Parse, import, compile and admit one bundle (weights placed by residency floor).
+) -> CompiledBundle:
+    """Parse the manifest, import ``model.py`` and compile every module (no device memory).
 
-    Raises ``BundleError``/``ManifestError`` (or anything the compile raises) on failure;
-    nothing is left in the weight cache then.
+    Raises ``BundleError``/``ManifestError`` (or anything the compile raises) on failure.
     """
     started = time.perf_counter()
     manifest = load_manifest(bundle)
@@ -158,23 +175,59 @@ def load_model(
     loaded = load_bundle(
         bundle, runtime.backend, runtime.executables, opts=_compile_spec(state.config)
     )
+    return CompiledBundle(manifest, hooks, loaded, generation, started)
+
+
+def admit_model(
+    state: WorkerState,
+    runtime: Runtime,
+    compiled: CompiledBundle,
+    *,
+    key: str | None = None,
+    residency: Residency | None = None,
+) -> LoadedBundle:
+    """Admit a compiled generation's weights to the weight cache under ``key``.
+
+    ``key`` defaults to the model name (a reload stages under another key until its swap);
+    ``residency`` overrides the configured floor. Runs where the weight cache may be touched:
+    before the dispatch thread starts, or on it. The weights file is closed on failure.
+    """
+    manifest, loaded = compiled.manifest, compiled.loaded
+    key = key or manifest.name
     try:
         settings = state.config.scheduler.for_model(manifest.name)
-        floor = None if settings.residency is None else Residency.parse(settings.residency.value)
         if loaded.weight_specs:
-            residency = resolve_residency(floor, cache_enabled=runtime.weights.enabled)
-            runtime.weights.add_model(manifest.name, loaded.weight_source(runtime.store), residency)
+            if residency is None:
+                floor = settings.residency
+                parsed = None if floor is None else Residency.parse(floor.value)
+                residency = resolve_residency(parsed, cache_enabled=runtime.weights.enabled)
+            runtime.weights.add_model(key, loaded.weight_source(runtime.store), residency)
         scheduled = ScheduledModel.from_loaded(
             loaded,
-            generation=generation,
+            generation=compiled.generation,
             weight=settings.weight,
             max_batch_size=settings.max_batch_size,
         )
+        if scheduled.weights is not None:
+            scheduled.weights = key
     except BaseException:
         loaded.close()
         raise
-    entry = ModelEntry.ready(manifest, hooks, scheduled=scheduled, loaded=loaded)
-    return LoadedBundle(entry, model_runs(loaded), time.perf_counter() - started)
+    entry = ModelEntry.ready(manifest, compiled.hooks, scheduled=scheduled, loaded=loaded)
+    runs = model_runs(loaded)
+    return LoadedBundle(entry, ModelRuns(key, runs.runs), time.perf_counter() - compiled.started)
+
+
+def load_model(
+    state: WorkerState, runtime: Runtime, bundle: Path, *, generation: int = 1
+) -> LoadedBundle:
+    """Compile one bundle and admit its weights by residency floor (before dispatch starts).
+
+    Raises ``BundleError``/``ManifestError`` (or anything the compile raises) on failure;
+    nothing is left in the weight cache then.
+    """
+    compiled = compile_model(state, runtime, bundle, generation=generation)
+    return admit_model(state, runtime, compiled)
 
 
 def _describe(bundle: LoadedBundle, runtime: Runtime) -> str:
@@ -209,10 +262,20 @@ def _load_all(state: WorkerState, runtime: Runtime, bundles: dict[str, Path]) ->
     return loaded
 
 
-def boot(state: WorkerState) -> None:
+@attrs.frozen
+class Booted:
+    """What start-up saw: every scanned bundle's digest, for the lifecycle and the watcher."""
+
+    seen: dict[str, Seen]
+    digester: BundleDigester
+
+
+def boot(state: WorkerState) -> Booted:
     """Steps 3-9: backend, scan, compile, probe/warm-up, dispatch thread, then ready.
 
     A bundle that fails is ``UNAVAILABLE`` with the reason and does not stop the others.
+    Each bundle is digested before it compiles, so a change made while it compiles is seen
+    by the watcher's first poll.
     """
     runtime = build_runtime(state)
     state.runtime = runtime
@@ -222,6 +285,8 @@ def boot(state: WorkerState) -> None:
         state.registry.put(ModelEntry.failed(name, reason))
     for name in found.bundles:
         state.registry.put(ModelEntry.loading(name))
+    digester = BundleDigester()
+    seen = observe(found, digester)
     bundles = _load_all(state, runtime, found.bundles)
     result = start_up(
         runtime.backend,
@@ -246,3 +311,4 @@ def boot(state: WorkerState) -> None:
         len(bundles),
         len(found.bundles) + len(found.conflicts) - len(bundles),
     )
+    return Booted(seen, digester)

@@ -30,10 +30,11 @@ from reactantserver.core.errors import (
 )
 from reactantserver.core.protocol import control_pb2, control_pb2_grpc
 from reactantserver.worker.registry import ModelEntry, ModelState
-from reactantserver.worker.runtime.probe import ModelRuns, model_runs, warm_up
+from reactantserver.worker.runtime.probe import ModelRuns, model_runs
 from reactantserver.worker.runtime.residency import Residency
 from reactantserver.worker.runtime.weight_cache import WeightCache
 from reactantserver.worker.scheduler import SHUTTING_DOWN, Scheduler, StatsSnapshot
+from reactantserver.worker.server.lifecycle import apply_residency
 from reactantserver.worker.server.state import Runtime, WorkerState
 
 __all__ = ["WorkerControlService", "add_control_service"]
@@ -217,7 +218,7 @@ class WorkerControlService(control_pb2_grpc.WorkerControlServicer):
         if target is Residency.PINNED_DEVICE and entry.loaded is not None:
             runs = model_runs(entry.loaded)
         result = await _on_dispatch(
-            runtime.scheduler, lambda: _apply_residency(runtime, name, target, runs)
+            runtime.scheduler, lambda: _residency(runtime, name, target, runs)
         )
         return control_pb2.SetModelResidencyResponse(residency=_TO_WIRE[result])
 
@@ -275,25 +276,9 @@ class WorkerControlService(control_pb2_grpc.WorkerControlServicer):
         return entry
 
 
-def _apply_residency(
-    runtime: Runtime, name: str, target: Residency, runs: ModelRuns | None
-) -> Residency:
-    """Set the floor of ``name`` and warm it when pinned for the first time (dispatch thread)."""
-    weights = runtime.weights
-    if name not in weights:
-        return _WEIGHTLESS.residency  # nothing to move: always resident
-    try:
-        weights.set_residency(name, target)
-    except KeyError:  # unloaded since the RPC resolved it
-        raise ModelNotFoundError(f"Request for unknown model: '{name}' is not found") from None
-    if target is Residency.PINNED_DEVICE and runs is not None and runs.runs:
-        costs = runtime.scheduler.costs
-        if any(costs.measured(name, run.batch) is None for run in runs.runs):
-            # Never warmed (explicit mode warms only device-pinned models at start-up).
-            result = warm_up(runtime.backend, weights, [runs])
-            runtime.scheduler.seed_costs(result.costs)
-            _log.info("warmed %r after pinning it: %d size(s)", name, len(result.costs))
-    return weights.residency(name)
+def _residency(runtime: Runtime, name: str, target: Residency, runs: ModelRuns | None) -> Residency:
+    result = apply_residency(runtime, name, target, runs)
+    return _WEIGHTLESS.residency if result is None else result
 
 
 def _model_status(

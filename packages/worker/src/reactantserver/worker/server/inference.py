@@ -31,6 +31,7 @@ from reactantserver.core.protocol import grpc_service_pb2 as pb
 from reactantserver.worker.dataplane import RequestStats
 from reactantserver.worker.registry import ModelEntry, ModelState
 from reactantserver.worker.server import model_info
+from reactantserver.worker.server.lifecycle import one_line
 from reactantserver.worker.server.state import Runtime, WorkerState
 
 __all__ = ["EXTENSIONS", "SERVER_NAME", "InferenceService"]
@@ -214,10 +215,30 @@ class InferenceService:
                     f"remove the bundle of '{request.model_name}' to unload it"
                 ),
             )
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED,
-            f"repository model control in {mode} mode is not available yet",
-        )
+        name = request.model_name
+        lifecycle, watcher = self.state.lifecycle, self.state.watcher
+        if self.state.stopping:
+            await _abort(context, ShuttingDownError(f"server is shutting down; '{name}' untouched"))
+        if lifecycle is None:
+            await _abort(context, ModelUnavailableError("server is starting; try again when ready"))
+        assert lifecycle is not None
+        unload = isinstance(request, pb.RepositoryModelUnloadRequest)
+        try:
+            if unload:
+                await asyncio.to_thread(lifecycle.unload, name)
+            elif watcher is not None:
+                await asyncio.to_thread(watcher.force, name)
+            else:
+                await asyncio.to_thread(lifecycle.load_explicit, name)
+        except ReactantError as exc:
+            await _abort(context, exc)
+        except Exception as exc:
+            await context.abort(
+                grpc.StatusCode.INTERNAL, f"failed to load model '{name}': {one_line(exc)}"
+            )
+        if unload:
+            return pb.RepositoryModelUnloadResponse()
+        return pb.RepositoryModelLoadResponse()
 
     # -- shared memory -----------------------------------------------------------------
 

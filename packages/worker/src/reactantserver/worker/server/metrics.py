@@ -231,6 +231,7 @@ class WorkerMetrics:
         GCCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         state.observe_request = self.observe_request
+        state.forget_model = self.forget_model
 
     def _constant_labels(self) -> dict[str, str]:
         labels = {"worker": _worker_label(self._state)}

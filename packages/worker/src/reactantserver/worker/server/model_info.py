@@ -234,7 +234,7 @@ def _index_row(
 ) -> pb.RepositoryIndexResponse.ModelIndex:
     state, reason = entry.state, entry.reason
     if state is ModelState.READY:
-        reason = ""
+        # A READY entry's reason is a failed reload's error (the old generation serves).
         if not serving(entry):
             state, reason = ModelState.UNAVAILABLE, NOT_RESIDENT_REASON
     elif state is ModelState.LOADING:

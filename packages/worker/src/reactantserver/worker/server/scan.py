@@ -11,6 +11,7 @@ Bundles are the immediate subdirectories of each root holding a ``manifest.yaml`
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,10 +19,13 @@ from pathlib import Path
 import attrs
 
 from reactantserver.core.manifest import MANIFEST_FILENAME, is_bundle_dir_name, is_valid_model_name
+from reactantserver.worker.server.digest import BundleDigester, dir_identity
+from reactantserver.worker.server.reconcile import Seen
 
-__all__ = ["ScanResult", "scan_model_dirs"]
+__all__ = ["ScanResult", "observe", "scan_model_dirs"]
 
 _log = logging.getLogger("reactantserver.worker.scan")
+_unsettled = itertools.count()
 
 
 @attrs.frozen
@@ -30,14 +34,16 @@ class ScanResult:
 
     bundles: dict[str, Path]
     conflicts: dict[str, str]
+    unreadable: tuple[Path, ...] = ()
+    """Roots that could not be listed (skipped with a warning; their models are kept)."""
 
 
-def _bundles_in(root: Path) -> list[Path]:
+def _bundles_in(root: Path) -> list[Path] | None:
     try:
         children = sorted(root.iterdir())
     except OSError as exc:
         _log.warning("model directory %s cannot be read: %s; skipped", root, exc)
-        return []
+        return None
     found = []
     for child in children:
         if not is_bundle_dir_name(child.name) or not (child / MANIFEST_FILENAME).is_file():
@@ -54,8 +60,13 @@ def _bundles_in(root: Path) -> list[Path]:
 def scan_model_dirs(roots: Sequence[Path], *, include: Sequence[str] = ()) -> ScanResult:
     """Scan ``roots`` in order; ``include`` (non-empty) keeps only those names."""
     seen: dict[str, list[Path]] = {}
+    unreadable: list[Path] = []
     for root in roots:
-        for bundle in _bundles_in(root):
+        found = _bundles_in(root)
+        if found is None:
+            unreadable.append(root)
+            continue
+        for bundle in found:
             seen.setdefault(bundle.name, []).append(bundle)
     wanted = set(include)
     if wanted:
@@ -71,4 +82,23 @@ def scan_model_dirs(roots: Sequence[Path], *, include: Sequence[str] = ()) -> Sc
             where = " and ".join(str(p.parent) for p in paths)
             conflicts[name] = f"model {name!r} is found in {where}; rename one"
             _log.error("%s", conflicts[name])
-    return ScanResult(bundles, conflicts)
+    return ScanResult(bundles, conflicts, tuple(unreadable))
+
+
+def observe(found: ScanResult, digester: BundleDigester) -> dict[str, Seen]:
+    """Digest every scanned bundle; one that changes under the walk gets a one-off digest."""
+    seen: dict[str, Seen] = {}
+    for name, path in found.bundles.items():
+        try:
+            identity = dir_identity(path)
+            digest = digester.digest(path)
+        except OSError as exc:
+            _log.info("bundle %s is changing (%s); looking again next poll", path, exc)
+            digester.forget(path)
+            try:
+                identity = dir_identity(path)
+            except OSError:
+                continue  # gone again: absent this poll
+            digest = f"unsettled-{next(_unsettled)}"  # never equal on two polls
+        seen[name] = Seen(path, identity, digest)
+    return seen

@@ -15,6 +15,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import attrs
 import grpc
@@ -30,6 +31,10 @@ from reactantserver.worker.runtime.executable_cache import ExecutableCache
 from reactantserver.worker.runtime.weight_cache import WeightCache
 from reactantserver.worker.scheduler import InflightLimiter, Scheduler
 
+if TYPE_CHECKING:
+    from reactantserver.worker.server.lifecycle import ModelLifecycle
+    from reactantserver.worker.server.watcher import RepositoryWatcher
+
 __all__ = ["ModelLoadRecord", "RequestObserver", "Runtime", "WorkerState"]
 
 RequestObserver = Callable[[str, grpc.StatusCode, float], None]
@@ -38,6 +43,10 @@ RequestObserver = Callable[[str, grpc.StatusCode, float], None]
 
 def _ignore(model: str, status: grpc.StatusCode, seconds: float) -> None:
     del model, status, seconds
+
+
+def _ignore_name(model: str) -> None:
+    del model
 
 
 @attrs.define(eq=False)
@@ -84,6 +93,12 @@ class WorkerState:
     loads: dict[str, ModelLoadRecord] = attrs.Factory(dict)
     observe_request: RequestObserver = _ignore
     """Replaced by the metrics so each finished request is counted once."""
+    forget_model: Callable[[str], None] = _ignore_name
+    """Called when a model name leaves (unload, rename); the metrics drop its series."""
+    lifecycle: ModelLifecycle | None = None
+    """Loads, reloads, unloads and renames models once start-up is done."""
+    watcher: RepositoryWatcher | None = None
+    """The repository watcher (``dynamic`` mode), once booted."""
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
 
     @limiter.default
