@@ -158,6 +158,21 @@ STARTED: list[WorkerProcess] = []
 """Every worker started by this test session (their logs are attached to failures)."""
 
 
+@contextlib.contextmanager
+def running_worker(
+    repo: Path, log: Path, env: Mapping[str, str] | None = None
+) -> Iterator[WorkerProcess]:
+    """A ready worker on ``repo``; on exit it is stopped and must have exited with 0."""
+    process = WorkerProcess(repo, log, env)
+    process.start()
+    try:
+        process.wait_ready()
+        yield process
+    finally:
+        code = process.stop()
+    assert code == 0, f"the worker exited with {code}:\n{process.log_tail()}"
+
+
 def sum_samples(text: str, name: str, **labels: str) -> float:
     """Σ of the samples called ``name`` in a Prometheus exposition whose labels match."""
     total = 0.0

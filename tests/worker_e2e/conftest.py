@@ -19,7 +19,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from ._bundles import HOOKY, add_broken, add_hooky, export_examples, load_weights
-from ._harness import STARTED, WorkerProcess, inference_stub, open_channel
+from ._harness import STARTED, WorkerProcess, inference_stub, open_channel, running_worker
 
 
 @pytest.hookimpl(wrapper=True)
@@ -62,14 +62,8 @@ def worker(
         "INFERENCE_SERVER_CACHE_DIR": str(cache_dir),
         "INFERENCE_SERVER_MODEL_CONTROL_MODE": "static",
     }
-    process = WorkerProcess(repo, log, env)
-    process.start()
-    try:
-        process.wait_ready()
+    with running_worker(repo, log, env) as process:
         yield process
-    finally:
-        code = process.stop()
-    assert code == 0, f"the session worker exited with {code}:\n{process.log_tail()}"
 
 
 @pytest.fixture(scope="session")

@@ -460,7 +460,7 @@ def test_repository_index_states() -> None:
             _row("zeta", "READY"),
         ]
     )
-    assert NOT_RESIDENT_REASON == "not resident (explicit mode)"
+    assert NOT_RESIDENT_REASON == "not resident"
 
     ready = repository_index(_index_entries(), ready_only=True, serving=serving)
     assert ready == pb.RepositoryIndexResponse(

@@ -301,7 +301,7 @@ class ModelLifecycle:
             if (gone := self.known.pop(old, None)) is not None and gone.path != seen.path:
                 self.digester.forget(gone.path)
             self.known[new] = Known(seen.path, seen.identity, seen.digest)
-            state.forget_load(old)
+            state.rename_load(old, new)
             state.forget_model(old)
             _log.info("model renamed in place model=%s new_name=%s", old, new)
 

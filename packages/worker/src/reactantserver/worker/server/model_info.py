@@ -65,7 +65,7 @@ BACKEND = "reactantserver"
 META_PLATFORM = "reactantserver_meta"
 """``platform`` of a meta model in ``ModelMetadata`` and ``ModelConfig``."""
 
-NOT_RESIDENT_REASON = "not resident (explicit mode)"
+NOT_RESIDENT_REASON = "not resident"
 """``RepositoryIndex`` reason of a loaded model that does not serve in explicit mode."""
 
 _CUDA_PLATFORM = "cuda"

@@ -113,10 +113,14 @@ class WorkerState:
         return self.config.model_control_mode is ModelControlMode.EXPLICIT
 
     def ready(self) -> bool:
-        """``ServerReady``: start-up finished, ≥ 1 model servable, not shutting down."""
+        """``ServerReady``: start-up finished, ≥ 1 model registered, not shutting down.
+
+        Registered means loaded (``READY``); in explicit mode it need not be resident, so a
+        control plane can see the worker ready before it pins anything.
+        """
         if not self.started or self.stopping:
             return False
-        return any(self.serving(entry) for entry in self.registry.visible())
+        return any(entry.state is ModelState.READY for entry in self.registry.visible())
 
     def serving(self, entry: ModelEntry) -> bool:
         """Whether ``entry`` answers inference now (READY and, in explicit mode, on the device)."""
@@ -143,6 +147,13 @@ class WorkerState:
             record.seconds = seconds
             if not ok:
                 record.failures += 1
+
+    def rename_load(self, old: str, new: str) -> None:
+        """Carry ``old``'s load record over to ``new`` (a rename in place)."""
+        with self._lock:
+            record = self.loads.pop(old, None)
+            if record is not None:
+                self.loads[new] = record
 
     def forget_load(self, name: str) -> None:
         """Drop the load record of an unloaded model (its metric series go with it)."""
