@@ -17,7 +17,7 @@ from pathlib import Path
 import attrs
 
 from reactantserver.core.config import Backend as BackendName
-from reactantserver.core.config import WorkerConfig
+from reactantserver.core.config import ModelControlMode, WorkerConfig
 from reactantserver.core.errors import BundleError
 from reactantserver.core.manifest import Manifest, load_manifest
 from reactantserver.core.weights import PrivateWeightStore, SharedWeightStore, WeightStore
@@ -264,7 +264,7 @@ def _load_all(state: WorkerState, runtime: Runtime, bundles: dict[str, Path]) ->
 
 @attrs.frozen
 class Booted:
-    """What start-up saw: every scanned bundle's digest, for the lifecycle and the watcher."""
+    """What start-up saw: every scanned bundle's digest (none in static mode), for the lifecycle."""
 
     seen: dict[str, Seen]
     digester: BundleDigester
@@ -286,7 +286,9 @@ def boot(state: WorkerState) -> Booted:
     for name in found.bundles:
         state.registry.put(ModelEntry.loading(name))
     digester = BundleDigester()
-    seen = observe(found, digester)
+    # Static mode never compares digests: do not read every weights file at start-up for it.
+    static = config.model_control_mode is ModelControlMode.STATIC
+    seen = {} if static else observe(found, digester)
     bundles = _load_all(state, runtime, found.bundles)
     result = start_up(
         runtime.backend,

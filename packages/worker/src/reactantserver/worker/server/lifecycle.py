@@ -359,7 +359,8 @@ class ModelLifecycle:
 
     def _discard(self, bundle: LoadedBundle) -> None:
         scheduled, loaded = bundle.entry.scheduled, bundle.entry.loaded
-        if scheduled is not None and scheduled.weights in self._runtime.weights:
-            self._runtime.weights.remove_model(scheduled.weights or "")
+        key = scheduled.weights if scheduled is not None else None
+        if key is not None and key in self._runtime.weights:
+            self._runtime.weights.remove_model(key)
         if loaded is not None:
             loaded.close()

@@ -40,7 +40,6 @@ from reactantserver.worker.server.state import WorkerState
 __all__ = ["RepositoryWatcher", "start_lifecycle"]
 
 _log = logging.getLogger("reactantserver.worker.watcher")
-_STOP_CHECK_S = 0.25
 
 
 class RepositoryWatcher:
@@ -72,7 +71,7 @@ class RepositoryWatcher:
         self._thread.start()
 
     def stop(self, timeout_s: float | None = None) -> None:
-        """Stop polling (honoured within 0.25 s, or when a compiling load finishes).
+        """Stop polling (honoured at once between polls, or when a compiling load finishes).
 
         Waits up to ``timeout_s`` for the thread (``None``: until it ends).
         """
@@ -81,20 +80,11 @@ class RepositoryWatcher:
             self._thread.join(timeout_s)
 
     def _run(self) -> None:
-        while not self._wait(self.interval_s):
+        while not self._stop.wait(self.interval_s):  # returns at once when stop() is called
             try:
                 self.poll()
             except Exception:
                 _log.exception("repository poll failed; trying again next poll")
-
-    def _wait(self, seconds: float) -> bool:
-        """Sleep ``seconds`` in short slices; whether a stop was requested."""
-        remaining = seconds
-        while remaining > 0:
-            if self._stop.wait(min(_STOP_CHECK_S, remaining)):
-                return True
-            remaining -= _STOP_CHECK_S
-        return self._stop.is_set()
 
     # -- one poll ----------------------------------------------------------------------------
 
