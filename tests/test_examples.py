@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -125,11 +125,17 @@ class _LocalCall:
         self.calls: list[tuple[str, int]] = []
         self.scratched = 0
 
-    def __call__(self, model: str, inputs: list[NamedTensor]) -> list[NamedTensor]:
-        self.calls.append((model, inputs[0].shape[0]))
-        return self.sessions[model].infer(inputs)
+    def __call__(
+        self,
+        name: str,
+        inputs: list[NamedTensor],
+        *,
+        requested_outputs: Sequence[str] | None = None,
+    ) -> list[NamedTensor]:
+        self.calls.append((name, inputs[0].shape[0]))
+        return self.sessions[name].infer(inputs)
 
-    def scratch(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray[Any, Any]:
+    def scratch(self, shape: Any, dtype: Any = None) -> Any:
         self.scratched += 1
         return np.empty(shape, dtype)
 

@@ -40,11 +40,9 @@ def run(inputs: list[NamedTensor], call: MetaCall) -> list[NamedTensor]:
         raise InvalidArgumentError(f"items must have 1 to {MAX_ITEMS} rows, got {count}")
     (emb,) = call("pipeline_embed", [NamedTensor("x", items.data)])
     keep = select_rows(emb.data)
-    # call.scratch hands out a pooled buffer (released when run returns); without a pool,
-    # or outside the server, a plain array does the same job.
-    scratch = getattr(call, "scratch", None)
-    shape = (keep.size, EMBED_DIM)
-    selected = scratch(shape, np.float32) if scratch is not None else np.empty(shape, np.float32)
+    # call.scratch hands out a pooled buffer (released when run returns; a plain array when
+    # the worker has no scratch pool), so the selected rows need no per-request allocation.
+    selected = call.scratch((keep.size, EMBED_DIM), np.float32)
     np.take(emb.data, keep, axis=0, out=selected)
     (score,) = call("pipeline_score", [NamedTensor("emb", selected)])
     return [

@@ -9,7 +9,7 @@ import shutil
 import sys
 import textwrap
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -157,16 +157,27 @@ def test_pipeline_example(tmp_path: Path) -> None:
     assert hooks.postprocess is None
     assert hooks.run is not None
 
-    def call(model: str, inputs: list[NamedTensor]) -> list[NamedTensor]:
-        # Stand-in sub-models: embed = the first 8 features, score = the row sum.
-        (tensor,) = inputs
-        if model == "pipeline_embed":
-            return [NamedTensor("emb", tensor.data[:, :8])]
-        return [NamedTensor("score", tensor.data.sum(axis=1, keepdims=True))]
+    class StandIn:
+        """Stand-in sub-models: embed = the first 8 features, score = the row sum."""
+
+        def __call__(
+            self,
+            name: str,
+            inputs: list[NamedTensor],
+            *,
+            requested_outputs: Sequence[str] | None = None,
+        ) -> list[NamedTensor]:
+            (tensor,) = inputs
+            if name == "pipeline_embed":
+                return [NamedTensor("emb", tensor.data[:, :8])]
+            return [NamedTensor("score", tensor.data.sum(axis=1, keepdims=True))]
+
+        def scratch(self, shape: Any, dtype: Any = None) -> Any:
+            return np.empty(shape, dtype)
 
     items = np.zeros((4, 16), np.float32)
     items[:, 0] = [1.0, 5.0, 2.0, 7.0]
-    meta_call: MetaCall = call
+    meta_call: MetaCall = StandIn()
     result = hooks.run([NamedTensor("items", items)], meta_call)
     scores, indices = check_hook_output("pipeline", "run", result, manifest.client_outputs)
     np.testing.assert_array_equal(indices.data, [1, 3])

@@ -435,7 +435,8 @@ def test_scheduler_and_runtime_series_after_real_requests(live: WorkerState) -> 
     assert (info["backend"], info["version"]) == ("cpu", "0.1.0")
     names = families(metrics)
     assert not [n for n in names if n.startswith("worker_device_memory_")]  # CPU, no NVML
-    assert not [n for n in names if n.startswith("worker_meta_gate")]
+    assert value(samples, "worker_meta_gate_in_use") == 0
+    assert value(samples, "worker_meta_gate_waiting") == 0
 
 
 def test_unloaded_models_lose_their_per_model_series(live: WorkerState) -> None:

@@ -19,7 +19,7 @@ from reactantserver.core.protocol import model_config_pb2 as mc
 from reactantserver.worker._backend import JaxBackend
 from reactantserver.worker.dataplane import RequestStats
 from reactantserver.worker.hooks import BundleHooks, load_hooks
-from reactantserver.worker.registry import ModelEntry, ModelState
+from reactantserver.worker.registry import ModelEntry
 from reactantserver.worker.runtime import ExecutableCache, LoadedModel, load_bundle
 from reactantserver.worker.scheduler import ScheduledModel
 from reactantserver.worker.scheduler.stats import BatchStats, StatsSnapshot
@@ -447,10 +447,10 @@ def _row(name: str, state: str, reason: str = "") -> pb.RepositoryIndexResponse.
 
 
 def test_repository_index_states() -> None:
-    def serving(entry: ModelEntry) -> bool:
-        return entry.state is ModelState.READY and entry.name != "echo"
+    def unavailable(entry: ModelEntry) -> str | None:
+        return NOT_RESIDENT_REASON if entry.name == "echo" else None
 
-    index = repository_index(_index_entries(), ready_only=False, serving=serving)
+    index = repository_index(_index_entries(), ready_only=False, unavailable=unavailable)
     assert index == pb.RepositoryIndexResponse(
         models=[
             _row("alpha", "READY"),
@@ -462,14 +462,14 @@ def test_repository_index_states() -> None:
     )
     assert NOT_RESIDENT_REASON == "not resident"
 
-    ready = repository_index(_index_entries(), ready_only=True, serving=serving)
+    ready = repository_index(_index_entries(), ready_only=True, unavailable=unavailable)
     assert ready == pb.RepositoryIndexResponse(
         models=[_row("alpha", "READY"), _row("zeta", "READY")]
     )
 
 
 def test_repository_index_empty() -> None:
-    assert repository_index([], ready_only=True, serving=lambda e: True) == (
+    assert repository_index([], ready_only=True, unavailable=lambda e: None) == (
         pb.RepositoryIndexResponse()
     )
 

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Callable, Iterator
-from typing import Any, Literal, Protocol
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Literal, Protocol, overload
 
 import attrs
 import numpy as np
+import numpy.typing as npt
 
 from reactantserver.core.dtypes import DType
 from reactantserver.core.errors import InvalidArgumentError
@@ -66,10 +67,37 @@ Hook = Callable[[list[NamedTensor]], list[NamedTensor]]
 
 
 class MetaCall(Protocol):
-    """The ``call`` argument of a meta model's ``run`` (07-meta-models.md)."""
+    """The ``call`` argument of a meta model's ``run`` (07-meta-models.md).
 
-    def __call__(self, model: str, inputs: list[NamedTensor]) -> list[NamedTensor]:
-        """Run sub-model ``model`` on ``inputs`` and return its outputs."""
+    ``call(name, inputs)`` runs a sub-model declared in ``meta.calls`` and returns its client
+    outputs (all, or ``requested_outputs`` in that order); ``call.scratch(...)`` hands out
+    reusable buffers, at most once per request.
+    """
+
+    def __call__(
+        self,
+        name: str,
+        inputs: list[NamedTensor],
+        *,
+        requested_outputs: Sequence[str] | None = None,
+    ) -> list[NamedTensor]:
+        """Run sub-model ``name`` on ``inputs`` and return its outputs."""
+        ...
+
+    @overload
+    def scratch(self, shape: tuple[int, ...], dtype: npt.DTypeLike) -> np.ndarray[Any, Any]: ...
+
+    @overload
+    def scratch(
+        self, shape: Sequence[tuple[tuple[int, ...], npt.DTypeLike]]
+    ) -> list[np.ndarray[Any, Any]]: ...
+
+    def scratch(
+        self,
+        shape: tuple[int, ...] | Sequence[tuple[tuple[int, ...], npt.DTypeLike]],
+        dtype: npt.DTypeLike | None = None,
+    ) -> np.ndarray[Any, Any] | list[np.ndarray[Any, Any]]:
+        """One array ``(shape, dtype)``, or one per ``(shape, dtype)`` pair, from one span."""
         ...
 
 

@@ -6,8 +6,11 @@ the :class:`~reactantserver.core.types.InferResponse`; every failure is a
 :class:`~reactantserver.core.errors.ReactantError` carrying its status (04 §Request
 admission)::
 
-    plane = DataPlane(registry, scheduler, pool, limiter=InflightLimiter(64))
+    plane = DataPlane(registry, scheduler, pool, limiter=InflightLimiter(64), metas=runner)
     response = await plane.infer(request)
+
+Requests for a meta model go to its :class:`~reactantserver.worker.meta.MetaRunner` after
+the common checks (deadline, requested outputs).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from reactantserver.core.hooks import NamedTensor
 from reactantserver.core.manifest import Manifest
 from reactantserver.core.types import InferRequest, InferResponse, OutputRequest
 from reactantserver.worker.hooks import run_in_pool, run_postprocess, run_preprocess
+from reactantserver.worker.meta import MetaRunner
 from reactantserver.worker.registry import ModelEntry, ModelRegistry
 from reactantserver.worker.scheduler.dispatcher import Scheduler
 from reactantserver.worker.scheduler.limits import InflightLimiter
@@ -61,9 +65,11 @@ class DataPlane:
         pool: concurrent.futures.Executor,
         *,
         limiter: InflightLimiter | None = None,
+        metas: MetaRunner | None = None,
         clock: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         self.registry = registry
+        self.metas = metas
         self.scheduler = scheduler
         self.pool = pool
         self.limiter = limiter or InflightLimiter(0)
@@ -97,11 +103,15 @@ class DataPlane:
 
     async def _infer(self, entry: ModelEntry, request: InferRequest) -> InferResponse:
         manifest = entry.manifest
-        if manifest is None or entry.scheduled is None:
+        if manifest is None or not entry.installed:
             raise ModelUnavailableError(f"model '{entry.name}' is not servable")
         if request.deadline_ns is not None and self._clock() >= request.deadline_ns:
             raise DeadlineExceededError(f"deadline exceeded before model '{entry.name}' ran")
         _check_requested(manifest, request.outputs)
+        if entry.meta is not None:
+            if self.metas is None:
+                raise ModelUnavailableError(f"meta model '{entry.name}' is not served here")
+            return await self.metas.infer(entry.meta, request)
         arrays = order_tensors(manifest.client_inputs, request.inputs, model=entry.name)
         tensors = [
             NamedTensor(spec.name, array)

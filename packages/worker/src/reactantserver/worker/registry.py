@@ -6,12 +6,18 @@ Transport handlers resolve names here (05 §Status codes): unknown or hidden nam
     registry.put(ModelEntry.loading("resnet"))
     registry.put(ModelEntry.ready(manifest, hooks, scheduled=sm, loaded=loaded))
     entry = registry.resolve("resnet", "")      # READY entry, else the right error
+
+Meta groups (07 §Visibility): every name in the ``meta.calls`` of a loaded meta is a
+sub-model of that meta. The registry recomputes the groups whenever an entry is put or
+removed, and (unless ``expose_sub_models``) stamps ``hidden`` on the sub-models' entries, so
+the check is re-run on every change the watcher or a repository RPC makes.
 """
 
 from __future__ import annotations
 
 import enum
 import threading
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -21,10 +27,16 @@ from reactantserver.worker.hooks import BundleHooks
 from reactantserver.worker.runtime.loader import LoadedModel
 from reactantserver.worker.scheduler.model import ScheduledModel
 
-__all__ = ["SERVED_VERSIONS", "ModelEntry", "ModelRegistry", "ModelState"]
+if TYPE_CHECKING:
+    from reactantserver.worker.meta.model import MetaModel
+
+__all__ = ["NOT_RESIDENT_REASON", "SERVED_VERSIONS", "ModelEntry", "ModelRegistry", "ModelState"]
 
 SERVED_VERSIONS = frozenset({"", "1"})
 """Model versions a request may name: every model has exactly one version, ``"1"``."""
+
+NOT_RESIDENT_REASON = "not resident"
+"""Why a loaded model does not serve in explicit mode (``RepositoryIndex`` reason)."""
 
 
 class ModelState(enum.Enum):
@@ -48,6 +60,8 @@ class ModelEntry:
     scheduled: ScheduledModel | None = None
     hidden: bool = False
     """A meta's sub-model that is not exposed: not listed, ``NOT_FOUND`` to clients."""
+    meta: MetaModel | None = None
+    """The servable form of a meta model (``scheduled`` is ``None`` for one)."""
 
     @classmethod
     def loading(cls, name: str) -> ModelEntry:
@@ -67,6 +81,7 @@ class ModelEntry:
         *,
         scheduled: ScheduledModel | None = None,
         loaded: LoadedModel | None = None,
+        meta: MetaModel | None = None,
     ) -> ModelEntry:
         """A servable generation."""
         return cls(
@@ -76,30 +91,74 @@ class ModelEntry:
             hooks=hooks,
             loaded=loaded,
             scheduled=scheduled,
+            meta=meta,
         )
 
     @property
     def generation(self) -> int:
-        """The generation number of the scheduled model (0 before the first install)."""
-        return self.scheduled.generation if self.scheduled is not None else 0
+        """The generation number of the installed model (0 before the first install)."""
+        if self.scheduled is not None:
+            return self.scheduled.generation
+        return self.meta.generation if self.meta is not None else 0
+
+    @property
+    def installed(self) -> bool:
+        """Whether a generation is installed (a scheduled model or a meta)."""
+        return self.scheduled is not None or self.meta is not None
+
+    @property
+    def is_meta(self) -> bool:
+        """Whether this is a loaded meta model."""
+        return self.meta is not None
 
 
 class ModelRegistry:
-    """Thread-safe map of model name → :class:`ModelEntry` (entries are replaced whole)."""
+    """Thread-safe map of model name → :class:`ModelEntry` (entries are replaced whole).
 
-    def __init__(self) -> None:
+    With ``expose_sub_models`` the meta groups are still tracked, but nothing is hidden.
+    """
+
+    def __init__(self, *, expose_sub_models: bool = False) -> None:
         self._lock = threading.Lock()
         self._entries: dict[str, ModelEntry] = {}
+        self._expose = expose_sub_models
+        self._owners: dict[str, tuple[str, ...]] = {}
 
     def put(self, entry: ModelEntry) -> None:
         """Add or replace the entry of ``entry.name``."""
         with self._lock:
             self._entries[entry.name] = entry
+            self._regroup_locked()
 
     def remove(self, name: str) -> ModelEntry | None:
         """Forget ``name``; its old entry (``None`` when unknown)."""
         with self._lock:
-            return self._entries.pop(name, None)
+            entry = self._entries.pop(name, None)
+            self._regroup_locked()
+            return entry
+
+    def owners(self, name: str) -> tuple[str, ...]:
+        """The loaded metas whose ``meta.calls`` name ``name``, sorted."""
+        with self._lock:
+            return self._owners.get(name, ())
+
+    def metas(self) -> list[ModelEntry]:
+        """Every loaded meta (``READY`` with a meta generation), sorted by name."""
+        with self._lock:
+            metas = [e for e in self._entries.values() if e.meta is not None]
+        return sorted(metas, key=lambda e: e.name)
+
+    def _regroup_locked(self) -> None:
+        owners: dict[str, list[str]] = {}
+        for entry in self._entries.values():
+            if entry.meta is not None:
+                for callee in entry.meta.calls:
+                    owners.setdefault(callee, []).append(entry.name)
+        self._owners = {name: tuple(sorted(metas)) for name, metas in owners.items()}
+        for name, entry in self._entries.items():
+            hidden = not self._expose and name in self._owners
+            if entry.hidden is not hidden:
+                self._entries[name] = attrs.evolve(entry, hidden=hidden)
 
     def get(self, name: str) -> ModelEntry | None:
         """The entry of ``name``, hidden ones included."""
@@ -115,7 +174,10 @@ class ModelRegistry:
     def find(self, name: str, version: str = "") -> ModelEntry:
         """The visible entry of ``name`` in any state; ``ModelNotFoundError`` otherwise."""
         entry = self.get(name)
-        if entry is None or entry.hidden:
+        if entry is not None and entry.hidden:
+            owner = " or ".join(f"'{meta}'" for meta in self.owners(name)) or "a meta"
+            raise ModelNotFoundError(f"model '{name}' is internal to meta {owner}")
+        if entry is None:
             raise ModelNotFoundError(f"Request for unknown model: '{name}' is not found")
         if version not in SERVED_VERSIONS:
             raise ModelNotFoundError(

@@ -281,6 +281,26 @@ class Scheduler:
         request.completion.fail(asyncio.CancelledError())
         return True
 
+    def record_meta(self, name: str, compute_ns: int) -> None:
+        """Count one served request of meta ``name`` (07 §Statistics).
+
+        One "dispatch" of one request and one row under cost key 0; ``compute_ns`` is the
+        wall time its ``run`` spent inside sub-calls (glue excluded).
+        """
+        now = self._clock()
+        with self._s.cond:
+            stats = self._s.stats.setdefault(name, ModelStats())
+            stats.record_dispatch(
+                batch=0,
+                requests=1,
+                rows=1,
+                input_ns=0,
+                infer_ns=compute_ns,
+                output_ns=0,
+                now_ns=now,
+            )
+            self._s.costs.record(name, 0, compute_ns * 1e-9)
+
     # -- control ---------------------------------------------------------------------------
 
     def control(self, fn: Callable[[], _T]) -> concurrent.futures.Future[_T]:

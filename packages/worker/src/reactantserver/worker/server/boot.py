@@ -10,12 +10,14 @@ and warms every compiled size, and only then do the models turn ``READY``::
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from pathlib import Path
 
 import attrs
 
+from reactantserver.core.buffer_pool import BufferPool
 from reactantserver.core.config import Backend as BackendName
 from reactantserver.core.config import ModelControlMode, WorkerConfig
 from reactantserver.core.errors import BundleError
@@ -23,6 +25,7 @@ from reactantserver.core.manifest import Manifest, load_manifest
 from reactantserver.core.weights import PrivateWeightStore, SharedWeightStore, WeightStore
 from reactantserver.worker.dataplane import DataPlane
 from reactantserver.worker.hooks import BundleHooks, hook_pool, hook_pool_size, load_hooks
+from reactantserver.worker.meta import MetaGate, MetaModel, MetaRunner
 from reactantserver.worker.registry import ModelEntry
 from reactantserver.worker.runtime.backend import Backend, CompileSpec
 from reactantserver.worker.runtime.budget import BudgetPolicy, arena_bytes
@@ -46,9 +49,12 @@ __all__ = [
     "boot",
     "budget_policy",
     "build_runtime",
+    "check_meta_calls",
     "compile_model",
     "create_backend",
     "load_model",
+    "meta_runner",
+    "warn_missing_callees",
 ]
 
 _log = logging.getLogger("reactantserver.worker.boot")
@@ -110,6 +116,7 @@ def build_runtime(state: WorkerState) -> Runtime:
         )
     scheduler = Scheduler(backend, weights, config.scheduler)
     pool = hook_pool(hook_pool_size(config))
+    metas = meta_runner(config, state, scheduler, pool)
     return Runtime(
         backend=backend,
         platform=platform,
@@ -118,9 +125,27 @@ def build_runtime(state: WorkerState) -> Runtime:
         executables=executables,
         store=_weight_store(config),
         scheduler=scheduler,
-        dataplane=DataPlane(state.registry, scheduler, pool, limiter=state.limiter),
+        dataplane=DataPlane(state.registry, scheduler, pool, limiter=state.limiter, metas=metas),
         pool=pool,
         policy=policy,
+        metas=metas,
+    )
+
+
+def meta_runner(
+    config: WorkerConfig,
+    state: WorkerState,
+    scheduler: Scheduler,
+    pool: concurrent.futures.Executor,
+) -> MetaRunner:
+    """The meta gate (``meta.concurrency``) and scratch pool (``meta.scratch_*``) of 07."""
+    meta = config.meta
+    scratch = None
+    if meta.scratch_bytes > 0:
+        # Plain anonymous memory: pages are committed only when a meta writes them.
+        scratch = BufferPool(max(meta.scratch_bytes, meta.scratch_slots), meta.scratch_slots)
+    return MetaRunner(
+        state.registry, scheduler, pool, gate=MetaGate(meta.concurrency), scratch=scratch
     )
 
 
@@ -150,7 +175,8 @@ class CompiledBundle:
 
     manifest: Manifest
     hooks: BundleHooks
-    loaded: LoadedModel
+    loaded: LoadedModel | None
+    """``None`` for a meta model (no modules, no weights)."""
     generation: int
     started: float
     """``time.perf_counter()`` when the load began."""
@@ -170,12 +196,50 @@ def compile_model(
     started = time.perf_counter()
     manifest = load_manifest(bundle)
     if manifest.is_meta:
-        raise BundleError(f"{bundle}: kind 'meta' bundles are not served by this worker yet")
+        check_meta_calls(state, manifest, bundle)
     hooks = load_hooks(bundle, manifest, generation=generation)
+    if manifest.is_meta:
+        return CompiledBundle(manifest, hooks, None, generation, started)
     loaded = load_bundle(
         bundle, runtime.backend, runtime.executables, opts=_compile_spec(state.config)
     )
     return CompiledBundle(manifest, hooks, loaded, generation, started)
+
+
+def check_meta_calls(state: WorkerState, manifest: Manifest, bundle: Path) -> None:
+    """Load-time group check of a meta (07 §Validation): no callee may be a loaded meta."""
+    for callee in manifest.meta_calls:
+        entry = state.registry.get(callee)
+        if entry is not None and entry.is_meta:
+            raise BundleError(
+                f"{bundle}: meta '{manifest.name}' calls '{callee}', which is a meta model; "
+                "a meta may call regular models only (one level)"
+            )
+
+
+def warn_missing_callees(state: WorkerState, name: str) -> None:
+    """Log each callee of meta ``name`` that is not loaded: the meta is not ready until it is."""
+    entry = state.registry.get(name)
+    if entry is None or entry.meta is None:
+        return
+    for callee in entry.meta.calls:
+        sub = state.registry.get(callee)
+        if sub is None or not sub.installed:
+            _log.warning(
+                "meta %r calls %r, which is not loaded; the meta is not ready until it is",
+                name,
+                callee,
+            )
+
+
+def _admit_meta(state: WorkerState, compiled: CompiledBundle, key: str) -> LoadedBundle:
+    manifest = compiled.manifest
+    run = compiled.hooks.run
+    if run is None:  # load_hooks refuses a meta without run; keep the type checker honest
+        raise BundleError(f"meta '{manifest.name}' registered no run function")
+    meta = MetaModel.from_manifest(manifest, run, generation=compiled.generation)
+    entry = ModelEntry.ready(manifest, compiled.hooks, meta=meta)
+    return LoadedBundle(entry, ModelRuns(key, ()), time.perf_counter() - compiled.started)
 
 
 def admit_model(
@@ -194,6 +258,8 @@ def admit_model(
     """
     manifest, loaded = compiled.manifest, compiled.loaded
     key = key or manifest.name
+    if loaded is None:
+        return _admit_meta(state, compiled, key)
     try:
         settings = state.config.scheduler.for_model(manifest.name)
         if loaded.weight_specs:
@@ -234,6 +300,12 @@ def _describe(bundle: LoadedBundle, runtime: Runtime) -> str:
     manifest = bundle.entry.manifest
     assert manifest is not None
     tensors = ", ".join(f"{t.name}: {t.dtype.value}{t.wire_shape}" for t in manifest.client_inputs)
+    if manifest.is_meta:
+        return (
+            f"model={manifest.name} kind=meta generation={bundle.entry.generation} "
+            f"inputs=[{tensors}] calls=[{', '.join(manifest.meta_calls)}] "
+            f"seconds={bundle.seconds:.3f}"
+        )
     sizes = sorted({run.batch for run in bundle.runs.runs})
     name = manifest.name
     residency = runtime.weights.residency(name).name if name in runtime.weights else "none"
@@ -301,12 +373,14 @@ def boot(state: WorkerState) -> Booted:
         _log.info("weight cache budget %s", result.budget.summary())
     runtime.scheduler.seed_costs(result.costs)
     for bundle in bundles:
-        assert bundle.entry.scheduled is not None
-        runtime.scheduler.add_model(bundle.entry.scheduled)
+        if bundle.entry.scheduled is not None:
+            runtime.scheduler.add_model(bundle.entry.scheduled)
     runtime.scheduler.start()
     for bundle in bundles:
         state.registry.put(bundle.entry)
         _log.info("model loaded %s", _describe(bundle, runtime))
+    for bundle in bundles:
+        warn_missing_callees(state, bundle.entry.name)
     state.started = True
     _log.info(
         "worker ready: %d model(s) serving, %d failed",

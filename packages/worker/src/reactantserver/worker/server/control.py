@@ -34,6 +34,13 @@ from reactantserver.worker.runtime.probe import ModelRuns, model_runs
 from reactantserver.worker.runtime.residency import Residency
 from reactantserver.worker.runtime.weight_cache import WeightCache
 from reactantserver.worker.scheduler import SHUTTING_DOWN, Scheduler, StatsSnapshot
+from reactantserver.worker.server.groups import (
+    WEIGHTLESS,
+    ModelWeights,
+    fold_group,
+    model_weights,
+    set_group_residency,
+)
 from reactantserver.worker.server.lifecycle import apply_residency
 from reactantserver.worker.server.state import Runtime, WorkerState
 
@@ -54,25 +61,10 @@ SELF_MANAGED = "self_managed"
 
 
 @attrs.frozen
-class _Weights:
-    """One model's weights as the cache holds them, read on the dispatch thread."""
-
-    residency: Residency
-    device_resident: bool
-    host_resident: bool
-    nbytes: int
-    loads: int = 0
-
-
-# A model without weights: nothing to load, so always "resident" (like a compute-only meta).
-_WEIGHTLESS = _Weights(Residency.UNPINNED, device_resident=True, host_resident=True, nbytes=0)
-
-
-@attrs.frozen
 class _CacheView:
     """A consistent snapshot of the weight cache for ``ModelControlStatus``."""
 
-    models: Mapping[str, _Weights]
+    models: Mapping[str, ModelWeights]
     budget: int
     load_bytes: int
     load_seconds: float
@@ -81,17 +73,7 @@ class _CacheView:
 
 def _cache_view(weights: WeightCache, names: Sequence[str]) -> _CacheView:
     """Snapshot ``names`` in the cache (dispatch thread only)."""
-    models = {
-        name: _Weights(
-            weights.residency(name),
-            weights.is_resident(name),
-            weights.host_resident(name),
-            weights.nbytes(name),
-            weights.model_loads(name),
-        )
-        for name in names
-        if name in weights
-    }
+    models = {name: w for name in names if (w := model_weights(weights, name)) is not None}
     return _CacheView(
         models=models,
         budget=weights.budget if weights.enabled else 0,
@@ -131,7 +113,8 @@ class WorkerControlService(control_pb2_grpc.WorkerControlServicer):
     """``reactantserver.control.v1.WorkerControl`` over one worker's :class:`WorkerState`.
 
     Every RPC answers ``UNAVAILABLE`` while the worker is starting (no runtime yet) or shutting
-    down. Metas (a later issue) are not reported yet and are ``NOT_FOUND`` to the setters.
+    down. A meta is reported as one group (07 §Visibility); ``SetModelResidency`` on a meta
+    moves every sub-model, ``SetModelPolicy`` takes regular models only.
     """
 
     def __init__(self, state: WorkerState) -> None:
@@ -180,16 +163,24 @@ class WorkerControlService(control_pb2_grpc.WorkerControlServicer):
         entries = [
             e
             for e in self._state.registry.visible()
-            if e.state is ModelState.READY and e.manifest is not None and not e.manifest.is_meta
+            if e.state is ModelState.READY and e.manifest is not None
         ]
-        names = [e.name for e in entries]
+        names = sorted(
+            {e.name for e in entries if e.meta is None}
+            | {sub for e in entries if e.meta is not None for sub in e.meta.calls}
+        )
         weights = runtime.weights
         view = await _on_dispatch(runtime.scheduler, lambda: _cache_view(weights, names))
         config = self._state.config
         return control_pb2.ModelControlStatusResponse(
             residency_mode=EXTERNALLY_MANAGED if self._state.explicit else SELF_MANAGED,
             discipline=str(runtime.scheduler.config.discipline.value),
-            models=[_model_status(runtime.scheduler, entry, view) for entry in entries],
+            models=[
+                _meta_status(runtime.scheduler, entry, self._state, view)
+                if entry.meta is not None
+                else _model_status(runtime.scheduler, entry, view)
+                for entry in entries
+            ],
             weight_cache_max_bytes=view.budget,
             weight_load_bytes_total=view.load_bytes,
             weight_load_seconds_total=view.load_seconds,
@@ -213,7 +204,13 @@ class WorkerControlService(control_pb2_grpc.WorkerControlServicer):
                 f"invalid residency target {target_wire} for model '{name}'; expected "
                 "UNPINNED, PINNED_SYSTEM or PINNED_DEVICE"
             )
-        entry = self._regular(name)
+        entry = self._state.registry.resolve(name)
+        if entry.meta is not None:
+            state = self._state
+            group = await _on_dispatch(
+                runtime.scheduler, lambda: set_group_residency(state, runtime, name, target)
+            )
+            return control_pb2.SetModelResidencyResponse(residency=_TO_WIRE[group])
         runs = None
         if target is Residency.PINNED_DEVICE and entry.loaded is not None:
             runs = model_runs(entry.loaded)
@@ -244,8 +241,11 @@ class WorkerControlService(control_pb2_grpc.WorkerControlServicer):
 
     async def _compact(self, reload: list[str]) -> control_pb2.CompactMemoryResponse:
         runtime = self._runtime()
+        names: list[str] = []
         for name in reload:  # every name first: an unknown one changes nothing
-            self._state.registry.find(name)
+            entry = self._state.registry.find(name)
+            names.extend(entry.meta.calls if entry.meta is not None else [name])
+        reload = list(dict.fromkeys(names))  # a meta reloads its sub-models
         weights = runtime.weights
 
         def compact() -> tuple[int, int]:
@@ -278,7 +278,7 @@ class WorkerControlService(control_pb2_grpc.WorkerControlServicer):
 
 def _residency(runtime: Runtime, name: str, target: Residency, runs: ModelRuns | None) -> Residency:
     result = apply_residency(runtime, name, target, runs)
-    return _WEIGHTLESS.residency if result is None else result
+    return WEIGHTLESS.residency if result is None else result
 
 
 def _model_status(
@@ -289,7 +289,7 @@ def _model_status(
     assert manifest is not None
     scheduled = scheduler.model(name) or entry.scheduled
     stats = scheduler.stats(name) or StatsSnapshot()
-    weights = view.models.get(name, _WEIGHTLESS)
+    weights = view.models.get(name, WEIGHTLESS)
     return control_pb2.ModelStatus(
         name=name,
         residency=_TO_WIRE[weights.residency],
@@ -308,6 +308,42 @@ def _model_status(
         kind="model",
         sub_models=(),
         weight_loads=weights.loads,
+    )
+
+
+def _meta_status(
+    scheduler: Scheduler, entry: ModelEntry, state: WorkerState, view: _CacheView
+) -> control_pb2.ModelStatus:
+    """A meta as one group: Σ footprint, AND of the flags, the least-resident floor."""
+    meta = entry.meta
+    assert meta is not None
+    members: list[ModelWeights | None] = []
+    for callee in meta.calls:
+        sub = state.registry.get(callee)
+        if sub is None or sub.state is not ModelState.READY or sub.scheduled is None:
+            members.append(None)
+        else:
+            members.append(view.models.get(callee, WEIGHTLESS))
+    group = fold_group(members)
+    stats = scheduler.stats(entry.name) or StatsSnapshot()
+    return control_pb2.ModelStatus(
+        name=entry.name,
+        residency=_TO_WIRE[group.residency],
+        device_resident=group.device_resident,
+        host_resident=group.host_resident,
+        weight_nbytes=group.nbytes,
+        weight=1.0,
+        queue_depth=0,
+        total_compute_seconds=stats.compute_seconds,
+        requests_served=stats.requests_served,
+        dispatch_count=stats.dispatch_count,
+        max_batch_size=0,
+        batch_input_name="",
+        batch_axis=0,
+        rows_served=stats.rows_served,
+        kind="meta",
+        sub_models=list(meta.calls),
+        weight_loads=group.loads,
     )
 
 

@@ -11,6 +11,7 @@ Each handler translates wire messages to the data plane's types and back; errors
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -29,8 +30,8 @@ from reactantserver.core.errors import (
 )
 from reactantserver.core.protocol import grpc_service_pb2 as pb
 from reactantserver.worker.dataplane import RequestStats
-from reactantserver.worker.registry import ModelEntry, ModelState
-from reactantserver.worker.server import model_info
+from reactantserver.worker.registry import NOT_RESIDENT_REASON, ModelEntry, ModelState
+from reactantserver.worker.server import groups, model_info
 from reactantserver.worker.server.lifecycle import one_line
 from reactantserver.worker.server.state import Runtime, WorkerState
 
@@ -161,7 +162,11 @@ class InferenceService:
         runtime = self.state.runtime
         scheduled = entry.scheduled
         residency = "NONE"
-        if runtime is not None and entry.name in runtime.weights:
+        weight_bytes = 0 if entry.loaded is None else entry.loaded.weight_nbytes
+        if runtime is not None and entry.meta is not None:
+            group = groups.group_weights(self.state, runtime.weights, entry)
+            residency, weight_bytes = group.residency.name, group.nbytes
+        elif runtime is not None and entry.name in runtime.weights:
             residency = runtime.weights.residency(entry.name).name
         return model_info.model_config(
             entry,
@@ -170,7 +175,7 @@ class InferenceService:
             max_queue_depth=self.state.config.scheduler.max_queue_depth,
             effective_max_batch=0 if scheduled is None else scheduled.max_batch,
             residency=residency,
-            weight_bytes=0 if entry.loaded is None else entry.loaded.weight_nbytes,
+            weight_bytes=weight_bytes,
         )
 
     async def model_statistics(
@@ -197,7 +202,9 @@ class InferenceService:
     ) -> pb.RepositoryIndexResponse:
         """Every visible model with its state; ``ready`` keeps only ``READY`` ones."""
         return model_info.repository_index(
-            self.state.registry.visible(), ready_only=request.ready, serving=self.state.serving
+            self.state.registry.visible(),
+            ready_only=request.ready,
+            unavailable=self.state.unavailable_reason,
         )
 
     async def repository_control(self, request: Any, context: Any) -> Any:
@@ -225,7 +232,7 @@ class InferenceService:
         unload = isinstance(request, pb.RepositoryModelUnloadRequest)
         try:
             if unload:
-                await asyncio.to_thread(lifecycle.unload, name)
+                await asyncio.to_thread(functools.partial(lifecycle.unload, name, keep_groups=True))
             elif watcher is not None:
                 await asyncio.to_thread(watcher.force, name)
             else:
@@ -338,10 +345,11 @@ class InferenceService:
         )
         try:
             entry = self.state.registry.resolve(request.model_name, request.model_version)
-            if not self.state.serving(entry):
-                raise ModelUnavailableError(
-                    f"model '{entry.name}' is not resident (explicit mode); pin it first"
-                )
+            reason = self.state.unavailable_reason(entry)
+            if reason is not None:
+                if reason == NOT_RESIDENT_REASON:
+                    reason = "not resident (explicit mode); pin it first"
+                raise ModelUnavailableError(f"model '{entry.name}' is {_unready(reason)}")
             response = await runtime.dataplane.infer(request)
             return codec.encode_response(
                 response, requested=request.outputs, registry=self.state.shm
@@ -368,6 +376,11 @@ class InferenceService:
                 )
             await _abort(context, error)
             raise AssertionError("unreachable") from exc
+
+
+def _unready(reason: str) -> str:
+    """``not resident …`` reads as is; other reasons follow "unavailable: "."""
+    return reason if reason.startswith("not resident") else f"unavailable: {reason}"
 
 
 async def _abort(context: Any, exc: ReactantError) -> None:

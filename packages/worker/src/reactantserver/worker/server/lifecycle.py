@@ -40,6 +40,7 @@ from reactantserver.worker.server.boot import (
     LoadedBundle,
     admit_model,
     compile_model,
+    warn_missing_callees,
 )
 from reactantserver.worker.server.digest import BundleDigester
 from reactantserver.worker.server.reconcile import Known, Seen
@@ -105,7 +106,7 @@ class ModelLifecycle:
         with self.lock:
             if entry.scheduled is not None:
                 self._arm(entry)
-                self._generation = max(self._generation, entry.generation)
+            self._generation = max(self._generation, entry.generation)
             self.known[entry.name] = Known(seen.path, seen.identity, seen.digest)
 
     def note_failed(self, name: str, seen: Seen) -> None:
@@ -126,7 +127,7 @@ class ModelLifecycle:
         with self.lock:
             state, runtime = self._state, self._runtime
             old = state.registry.get(name)
-            reload = old is not None and old.scheduled is not None
+            reload = old is not None and old.installed
             if not reload:
                 state.registry.put(ModelEntry.loading(name))
             self._generation += 1
@@ -142,6 +143,7 @@ class ModelLifecycle:
                 self._failed(name, seen, old if reload else None, exc, started)
                 raise
             entry = self._on_dispatch(lambda: self._swap(name, bundle))
+            warn_missing_callees(state, name)
             state.record_load(name, bundle.seconds, ok=True)
             self.known[name] = Known(seen.path, seen.identity, seen.digest)
             _log.info(
@@ -179,13 +181,21 @@ class ModelLifecycle:
         return bundle
 
     def _swap(self, name: str, bundle: LoadedBundle) -> ModelEntry:
-        """Dispatch thread: retire the current generation and install the new one at once."""
+        """Dispatch thread: retire the current generation and install the new one at once.
+
+        A meta has nothing scheduled: its entry replaces the old one (a regular model that
+        became a meta retires like an unloaded one).
+        """
         runtime = self._runtime
         current = runtime.scheduler.model(name)
         if current is not None:
             self._retire_weights(current)
         scheduled = bundle.entry.scheduled
-        assert scheduled is not None
+        if scheduled is None:
+            if current is not None:
+                runtime.scheduler.remove_model(name)
+            self._state.registry.put(bundle.entry)
+            return bundle.entry
         if scheduled.weights is not None and scheduled.weights != name:
             runtime.weights.rename_model(scheduled.weights, name)
             scheduled.weights = name
@@ -220,31 +230,45 @@ class ModelLifecycle:
     def load_explicit(self, name: str) -> None:
         """``RepositoryModelLoad`` in explicit mode: (re)load from ``model_dirs``, then pin.
 
-        An unchanged, loaded bundle is only pinned (``PINNED_DEVICE``) and warmed.
+        An unchanged, loaded bundle is only pinned (``PINNED_DEVICE``) and warmed. A meta
+        loads its sub-models that are not loaded yet and pins every one of them (what a
+        Triton user expects of an ensemble).
         """
         with self.lock:
             config = self._state.config
             found = scan_model_dirs(
                 [Path(d) for d in config.model_dirs], include=config.models_include
             )
-            if name in found.conflicts:
-                raise FailedPreconditionError(found.conflicts[name])
-            seen = observe(found, self.digester).get(name)
-            if seen is None:
-                raise ModelNotFoundError(f"no bundle named '{name}' in the model directories")
-            known = self.known.get(name)
-            entry = self._state.registry.get(name)
-            loaded = entry is not None and entry.scheduled is not None
-            if not loaded or known is None or known.digest != seen.digest or known.failed:
-                self.install(name, seen, pin=True)
-                return
-            assert entry is not None
-            runtime = self._runtime
-            if name in runtime.weights and runtime.weights.enabled:
-                runs = model_runs(entry.loaded) if entry.loaded is not None else None
-                self._on_dispatch(
-                    lambda: apply_residency(runtime, name, Residency.PINNED_DEVICE, runs)
-                )
+            seen = observe(found, self.digester)
+            entry = self._load_pinned(name, found.conflicts, seen)
+            if entry.meta is not None:
+                for callee in entry.meta.calls:
+                    self._load_pinned(callee, found.conflicts, seen)
+                self._state.meta_floors[name] = Residency.PINNED_DEVICE
+
+    def _load_pinned(
+        self, name: str, conflicts: Mapping[str, str], found: Mapping[str, Seen]
+    ) -> ModelEntry:
+        if name in conflicts:
+            raise FailedPreconditionError(conflicts[name])
+        seen = found.get(name)
+        if seen is None:
+            raise ModelNotFoundError(f"no bundle named '{name}' in the model directories")
+        known = self.known.get(name)
+        entry = self._state.registry.get(name)
+        if (
+            entry is None
+            or not entry.installed
+            or known is None
+            or known.failed
+            or (known.digest != seen.digest)
+        ):
+            return self.install(name, seen, pin=True)
+        runtime = self._runtime
+        if name in runtime.weights and runtime.weights.enabled:
+            runs = model_runs(entry.loaded) if entry.loaded is not None else None
+            self._on_dispatch(lambda: apply_residency(runtime, name, Residency.PINNED_DEVICE, runs))
+        return entry
 
     def refresh(self, seen: Mapping[str, Seen]) -> None:
         """Follow a directory replaced by the same content (a republication): new path/identity."""
@@ -258,12 +282,24 @@ class ModelLifecycle:
 
     # -- unload ----------------------------------------------------------------------------
 
-    def unload(self, name: str) -> None:
-        """Remove ``name``: new requests get ``NOT_FOUND``; queued ones drain, then it is freed."""
+    def unload(self, name: str, *, keep_groups: bool = False) -> None:
+        """Remove ``name``: new requests get ``NOT_FOUND``; queued ones drain, then it is freed.
+
+        With ``keep_groups`` (``RepositoryModelUnload``) a sub-model of a loaded meta is
+        refused with ``FAILED_PRECONDITION``; the watcher unloads it anyway when its bundle
+        is gone (the meta is then not ready until it comes back).
+        """
         with self.lock:
             state = self._state
             entry = state.registry.get(name)
-            if entry is None or entry.hidden:
+            owners = state.registry.owners(name)
+            if keep_groups and owners and entry is not None:
+                metas = ", ".join(f"'{meta}'" for meta in owners)
+                raise FailedPreconditionError(
+                    f"cannot unload model '{name}': it is a sub-model of loaded meta {metas}; "
+                    "unload the meta first"
+                )
+            if entry is None:
                 raise ModelNotFoundError(f"Request for unknown model: '{name}' is not found")
             if entry.scheduled is not None:
                 scheduler = self._runtime.scheduler
@@ -278,6 +314,7 @@ class ModelLifecycle:
                 self._on_dispatch(retire)
             else:
                 state.registry.remove(name)
+            state.meta_floors.pop(name, None)
             if (gone := self.known.pop(name, None)) is not None:
                 self.digester.forget(gone.path)
             state.forget_load(name)
@@ -291,12 +328,13 @@ class ModelLifecycle:
         with self.lock:
             state = self._state
             entry = state.registry.get(old)
-            if entry is None or entry.manifest is None or entry.scheduled is None:
+            if entry is None or entry.manifest is None or not entry.installed:
                 raise ModelNotFoundError(f"cannot rename '{old}': it is not loaded")
             if state.registry.get(new) is not None:
                 raise ValueError(f"cannot rename '{old}' to '{new}': the name is taken")
             manifest = attrs.evolve(entry.manifest, name=new)
-            renamed = attrs.evolve(entry, name=new, manifest=manifest, reason="")
+            meta = entry.meta.renamed(new) if entry.meta is not None else None
+            renamed = attrs.evolve(entry, name=new, manifest=manifest, reason="", meta=meta)
             self._on_dispatch(lambda: self._rename(old, new, renamed))
             if (gone := self.known.pop(old, None)) is not None and gone.path != seen.path:
                 self.digester.forget(gone.path)
@@ -308,6 +346,12 @@ class ModelLifecycle:
     def _rename(self, old: str, new: str, renamed: ModelEntry) -> None:
         """Dispatch thread: re-key scheduler, weight cache and registry in one step."""
         runtime, registry = self._runtime, self._state.registry
+        if renamed.meta is not None:
+            registry.remove(old)
+            registry.put(renamed)
+            if (floor := self._state.meta_floors.pop(old, None)) is not None:
+                self._state.meta_floors[new] = floor
+            return
         scheduled = runtime.scheduler.rename_model(old, new)
         weights = runtime.weights
         if scheduled.weights == old:

@@ -16,7 +16,8 @@ Decisions the spec leaves open:
   :meth:`~WorkerMetrics.forget_model`, so a late request cannot bring its series back.
 * Per-model series exist only for registry names (scheduler stats outlive an unload);
   worker-wide totals still count everything. Residency series cover models with weights.
-* ``worker_meta_gate_*`` are omitted until meta models exist; ``*_created`` series are dropped.
+* ``worker_meta_gate_in_use`` / ``worker_meta_gate_waiting`` show the meta gate (07);
+  ``*_created`` series are dropped.
 * The weight cache belongs to the dispatch thread: a scrape only reads its counters and
   per-model flags and skips a model removed meanwhile, so it never waits for an execution.
 """
@@ -102,6 +103,8 @@ _HELP = {
     "worker_executable_cache_hits_total": "Executables loaded from the cache.",
     "worker_executable_cache_misses_total": "Executables compiled after a cache miss.",
     "worker_inflight_requests": "Inference requests in flight.",
+    "worker_meta_gate_in_use": "Meta-gate permits held (gated metas running).",
+    "worker_meta_gate_waiting": "Metas waiting for a meta-gate permit.",
     "worker_requests_shed_total": "Requests refused with RESOURCE_EXHAUSTED (cap, queue full).",
     "worker_max_concurrent_requests": "Configured in-flight cap (0: unlimited).",
     "worker_info": "Worker identity and configuration.",
@@ -320,6 +323,10 @@ class _StateCollector(Collector):
             counters = runtime.executables.counters
             out.counter("worker_executable_cache_hits_total", counters.hits)
             out.counter("worker_executable_cache_misses_total", counters.misses)
+            if runtime.metas is not None:
+                gate = runtime.metas.gate
+                out.gauge("worker_meta_gate_in_use", gate.in_use)
+                out.gauge("worker_meta_gate_waiting", gate.waiting)
         return iter(out)
 
     def _entries(

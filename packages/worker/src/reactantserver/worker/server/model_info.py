@@ -40,7 +40,7 @@ from reactantserver.core.protocol import grpc_service_pb2 as pb
 from reactantserver.core.protocol import model_config_pb2 as mc
 from reactantserver.core.types import TensorSpec
 from reactantserver.worker.dataplane import RequestStats
-from reactantserver.worker.registry import ModelEntry, ModelState
+from reactantserver.worker.registry import NOT_RESIDENT_REASON, ModelEntry, ModelState
 from reactantserver.worker.scheduler.stats import BatchStats, StatsSnapshot
 
 __all__ = [
@@ -64,9 +64,6 @@ BACKEND = "reactantserver"
 
 META_PLATFORM = "reactantserver_meta"
 """``platform`` of a meta model in ``ModelMetadata`` and ``ModelConfig``."""
-
-NOT_RESIDENT_REASON = "not resident"
-"""``RepositoryIndex`` reason of a loaded model that does not serve in explicit mode."""
 
 _CUDA_PLATFORM = "cuda"
 
@@ -230,13 +227,14 @@ def model_config(
 
 
 def _index_row(
-    entry: ModelEntry, serving: Callable[[ModelEntry], bool]
+    entry: ModelEntry, unavailable: Callable[[ModelEntry], str | None]
 ) -> pb.RepositoryIndexResponse.ModelIndex:
     state, reason = entry.state, entry.reason
     if state is ModelState.READY:
         # A READY entry's reason is a failed reload's error (the old generation serves).
-        if not serving(entry):
-            state, reason = ModelState.UNAVAILABLE, NOT_RESIDENT_REASON
+        why = unavailable(entry)
+        if why is not None:
+            state, reason = ModelState.UNAVAILABLE, why
     elif state is ModelState.LOADING:
         reason = ""
     return pb.RepositoryIndexResponse.ModelIndex(
@@ -248,16 +246,16 @@ def repository_index(
     entries: Iterable[ModelEntry],
     *,
     ready_only: bool,
-    serving: Callable[[ModelEntry], bool],
+    unavailable: Callable[[ModelEntry], str | None],
 ) -> pb.RepositoryIndexResponse:
     """``RepositoryIndex``: visible models sorted by name with state and reason.
 
-    A READY entry for which ``serving`` is false (explicit mode, not pinned) is
-    ``UNAVAILABLE`` with :data:`NOT_RESIDENT_REASON`; ``ready_only`` keeps READY rows only.
-    Hidden entries are never listed.
+    A READY entry for which ``unavailable`` gives a reason (explicit mode, not pinned:
+    :data:`NOT_RESIDENT_REASON`; a meta whose sub-models do not serve) is ``UNAVAILABLE``
+    with that reason; ``ready_only`` keeps READY rows only. Hidden entries are never listed.
     """
     rows = [
-        _index_row(entry, serving)
+        _index_row(entry, unavailable)
         for entry in sorted(entries, key=lambda e: e.name)
         if not entry.hidden
     ]

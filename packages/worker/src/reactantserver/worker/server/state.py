@@ -24,10 +24,18 @@ from reactantserver.core.config import ModelControlMode, WorkerConfig
 from reactantserver.core.shm import SharedMemoryRegistry
 from reactantserver.core.weights import WeightStore
 from reactantserver.worker.dataplane import DataPlane
-from reactantserver.worker.registry import SERVED_VERSIONS, ModelEntry, ModelRegistry, ModelState
+from reactantserver.worker.meta import MetaRunner
+from reactantserver.worker.registry import (
+    NOT_RESIDENT_REASON,
+    SERVED_VERSIONS,
+    ModelEntry,
+    ModelRegistry,
+    ModelState,
+)
 from reactantserver.worker.runtime.backend import Backend
 from reactantserver.worker.runtime.budget import BudgetPolicy
 from reactantserver.worker.runtime.executable_cache import ExecutableCache
+from reactantserver.worker.runtime.residency import Residency
 from reactantserver.worker.runtime.weight_cache import WeightCache
 from reactantserver.worker.scheduler import InflightLimiter, Scheduler
 
@@ -66,6 +74,8 @@ class Runtime:
     """The hook pool (``model.py`` hooks and other per-request CPU work)."""
     policy: BudgetPolicy | None = None
     """The on-demand budget's inputs (arena, shares); ``None`` in tests that skip the probe."""
+    metas: MetaRunner | None = None
+    """Serves meta models: the meta gate and the scratch pool (07)."""
 
 
 @attrs.define
@@ -82,7 +92,7 @@ class WorkerState:
 
     config: WorkerConfig
     version: str
-    registry: ModelRegistry = attrs.Factory(ModelRegistry)
+    registry: ModelRegistry = attrs.field()
     shm: SharedMemoryRegistry = attrs.Factory(SharedMemoryRegistry)
     limiter: InflightLimiter = attrs.field()
     runtime: Runtime | None = None
@@ -99,7 +109,13 @@ class WorkerState:
     """Loads, reloads, unloads and renames models once start-up is done."""
     watcher: RepositoryWatcher | None = None
     """The repository watcher (``dynamic`` mode), once booted."""
+    meta_floors: dict[str, Residency] = attrs.Factory(dict)
+    """The residency last set on each meta with ``SetModelResidency`` (07 §Visibility)."""
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+
+    @registry.default
+    def _registry(self) -> ModelRegistry:
+        return ModelRegistry(expose_sub_models=self.config.meta.expose_sub_models)
 
     @limiter.default
     def _limiter(self) -> InflightLimiter:
@@ -123,13 +139,34 @@ class WorkerState:
         return any(entry.state is ModelState.READY for entry in self.registry.visible())
 
     def serving(self, entry: ModelEntry) -> bool:
-        """Whether ``entry`` answers inference now (READY and, in explicit mode, on the device)."""
+        """Whether ``entry`` answers inference now (READY and, in explicit mode, on the device).
+
+        A meta serves when every sub-model does (loaded, regular, and resident in explicit
+        mode).
+        """
+        return entry.state is ModelState.READY and self.unavailable_reason(entry) is None
+
+    def unavailable_reason(self, entry: ModelEntry) -> str | None:
+        """Why a READY ``entry`` does not serve now (``None``: it does)."""
         if entry.state is not ModelState.READY:
-            return False
+            return entry.reason or entry.state.value.lower()
+        if entry.meta is None:
+            return None if self._resident(entry.name) else NOT_RESIDENT_REASON
+        for callee in entry.meta.calls:
+            sub = self.registry.get(callee)
+            if sub is None or sub.state is not ModelState.READY or not sub.installed:
+                return f"sub-model '{callee}' is not loaded"
+            if sub.is_meta:
+                return f"sub-model '{callee}' is a meta model; a meta may call regular models only"
+            if not self._resident(callee):
+                return f"sub-model '{callee}' is {NOT_RESIDENT_REASON}"
+        return None
+
+    def _resident(self, name: str) -> bool:
         if not self.explicit or self.runtime is None:
             return True
         weights = self.runtime.weights
-        return entry.name not in weights or weights.is_resident(entry.name)
+        return name not in weights or weights.is_resident(name)
 
     def model_ready(self, name: str, version: str = "") -> bool:
         """``ModelReady``: never an error; hidden, unknown or bad versions are ``False``."""
