@@ -35,11 +35,18 @@ __all__ = ["MetaRunner"]
 
 
 def _run(
-    meta: MetaModel, tensors: list[NamedTensor], session: MetaCallSession
+    meta: MetaModel,
+    tensors: list[NamedTensor],
+    session: MetaCallSession,
+    scheduler: Scheduler,
 ) -> list[NamedTensor]:
-    """Pool thread: ``run`` with its outputs checked; the scratch span is returned after."""
+    """Pool thread: ``run`` with its outputs checked; the scratch span is returned after.
+
+    The scheduler is held meanwhile, so a shutdown drain still serves its later stages.
+    """
     try:
-        result = meta.run(list(tensors), session)
+        with scheduler.holding():
+            result = meta.run(list(tensors), session)
     except ReactantError:
         raise  # sub-call errors keep their class (and status); InvalidArgumentError too
     except (Exception, SystemExit) as exc:
@@ -98,7 +105,9 @@ class MetaRunner:
             await self.gate.acquire(session.deadline_ns, model=meta.name)
         context = contextvars.copy_context()
         try:
-            future = self.pool.submit(context.run, _run, meta, list(tensors), session)
+            future = self.pool.submit(
+                context.run, _run, meta, list(tensors), session, self.scheduler
+            )
         except BaseException:
             if meta.gated:
                 self.gate.release()

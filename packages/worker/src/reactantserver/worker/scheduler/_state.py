@@ -64,6 +64,8 @@ class SchedulerState:
     costs: CostTable = attrs.field(init=False)
     seq: int = 0
     stopping: bool = False
+    holds: int = 0
+    """Meta requests in flight: their committed sub-calls are still admitted while draining."""
     finished: bool = False
     stop_deadline_ns: int = 0
 

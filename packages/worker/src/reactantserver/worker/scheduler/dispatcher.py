@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -174,7 +175,8 @@ class Scheduler:
             raise DeadlineExceededError(f"deadline exceeded before model '{name}' queued it")
         arrays, variant, rows = model.prepare(tensors)
         with self._s.cond:
-            if self._s.stopping:
+            # A meta admitted before shutdown may finish its pipeline during the drain.
+            if self._s.finished or (self._s.stopping and not committed):
                 raise ShuttingDownError(SHUTTING_DOWN)
             if self._s.models.get(name) is not model:
                 # Replaced while validating: the new generation may have other specs.
@@ -301,6 +303,22 @@ class Scheduler:
             )
             self._s.costs.record(name, 0, compute_ns * 1e-9)
 
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Keep the drain going while a meta request runs (its later stages still queue).
+
+        :meth:`stop` serves committed sub-calls of held requests until they finish or the
+        grace ends.
+        """
+        with self._s.cond:
+            self._s.holds += 1
+        try:
+            yield
+        finally:
+            with self._s.cond:
+                self._s.holds -= 1
+                self._s.cond.notify_all()
+
     # -- control ---------------------------------------------------------------------------
 
     def control(self, fn: Callable[[], _T]) -> concurrent.futures.Future[_T]:
@@ -404,7 +422,8 @@ class Scheduler:
                     self._s.controls.clear()
                     return Work(controls=controls)
                 now = self._clock()
-                if self._s.stopping and (not self._s.queued or now >= self._s.stop_deadline_ns):
+                drained = not self._s.queued and not self._s.holds
+                if self._s.stopping and (drained or now >= self._s.stop_deadline_ns):
                     return None
                 if self._s.queued:
                     work = self._s.take_locked(now)
