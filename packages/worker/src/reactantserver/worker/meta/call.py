@@ -278,6 +278,18 @@ class MetaCallSession:
         self._slot = slot
         return slot.scratch(specs)
 
+    def detach(self, tensors: list[NamedTensor]) -> list[NamedTensor]:
+        """``tensors`` with a private copy of any that views the scratch span (``run`` returned
+        a scratch buffer, which goes back to the pool before the response is encoded)."""
+        slot = self._slot
+        if slot is None:
+            return tensors
+        span = np.frombuffer(slot.buffer, np.uint8)
+        return [
+            NamedTensor(t.name, t.data.copy()) if np.may_share_memory(t.data, span) else t
+            for t in tensors
+        ]
+
     def close(self) -> None:
         """Return the scratch span (``run`` has returned or raised)."""
         slot, self._slot = self._slot, None

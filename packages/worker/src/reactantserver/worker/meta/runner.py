@@ -47,13 +47,13 @@ def _run(
     try:
         with scheduler.holding():
             result = meta.run(list(tensors), session)
+        return session.detach(check_hook_output(meta.name, "run", result, meta.outputs))
     except ReactantError:
         raise  # sub-call errors keep their class (and status); InvalidArgumentError too
     except (Exception, SystemExit) as exc:
         raise HookError(f"run of meta '{meta.name}' raised {type(exc).__name__}: {exc}") from exc
     finally:
         session.close()
-    return check_hook_output(meta.name, "run", result, meta.outputs)
 
 
 class MetaRunner:
