@@ -156,7 +156,8 @@ class ModelRegistry:
                     owners.setdefault(callee, []).append(entry.name)
         self._owners = {name: tuple(sorted(metas)) for name, metas in owners.items()}
         for name, entry in self._entries.items():
-            hidden = not self._expose and name in self._owners
+            # A meta is never hidden: a meta that names it is the one in error (not ready).
+            hidden = not self._expose and name in self._owners and entry.meta is None
             if entry.hidden is not hidden:
                 self._entries[name] = attrs.evolve(entry, hidden=hidden)
 

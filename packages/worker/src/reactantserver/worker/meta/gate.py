@@ -75,9 +75,13 @@ class MetaGate:
             await asyncio.wait_for(future, timeout)
         except BaseException as exc:
             with self._lock:
-                if waiter in self._waiters:
+                queued = waiter in self._waiters
+                if queued:
                     self._waiters.remove(waiter)
-            # A permit granted meanwhile is passed on by _grant (the future is cancelled).
+            if not queued and not future.cancel() and not future.cancelled():
+                # Granted just before we gave up: pass the permit on. (A grant still in flight
+                # finds the future cancelled and passes it on in _grant.)
+                self.release()
             if isinstance(exc, TimeoutError):
                 raise _timed_out(model) from None
             raise

@@ -129,6 +129,13 @@ class Scheduler:
             self._s.load.rename(old, new)
             return model
 
+    def rename_counters(self, old: str, new: str) -> None:
+        """Move the counters and learned costs of ``old`` to ``new`` (a meta renamed in place)."""
+        with self._s.cond:
+            if old in self._s.stats:
+                self._s.stats[new] = self._s.stats.pop(old)
+            self._s.costs.rename(old, new)
+
     def model(self, name: str) -> ScheduledModel | None:
         """The admitting generation of ``name``."""
         with self._s.cond:

@@ -332,6 +332,15 @@ class ModelLifecycle:
                 raise ModelNotFoundError(f"cannot rename '{old}': it is not loaded")
             if state.registry.get(new) is not None:
                 raise ValueError(f"cannot rename '{old}' to '{new}': the name is taken")
+            for caller in state.registry.owners(old):
+                _log.warning(
+                    "model %r renamed to %r but meta %r still calls %r; it is not ready until "
+                    "a model of that name is loaded",
+                    old,
+                    new,
+                    caller,
+                    old,
+                )
             manifest = attrs.evolve(entry.manifest, name=new)
             meta = entry.meta.renamed(new) if entry.meta is not None else None
             renamed = attrs.evolve(entry, name=new, manifest=manifest, reason="", meta=meta)
@@ -347,6 +356,7 @@ class ModelLifecycle:
         """Dispatch thread: re-key scheduler, weight cache and registry in one step."""
         runtime, registry = self._runtime, self._state.registry
         if renamed.meta is not None:
+            runtime.scheduler.rename_counters(old, new)
             registry.remove(old)
             registry.put(renamed)
             if (floor := self._state.meta_floors.pop(old, None)) is not None:
