@@ -40,9 +40,11 @@ from reactantserver.core.errors import (
 )
 from reactantserver.worker.registry import ModelState
 from reactantserver.worker.runtime import Residency
-from reactantserver.worker.server.boot import load_model
+from reactantserver.worker.server.boot import Booted, load_model
+from reactantserver.worker.server.digest import BundleDigester
 from reactantserver.worker.server.lifecycle import ModelLifecycle
 from reactantserver.worker.server.state import WorkerState
+from reactantserver.worker.server.watcher import start_lifecycle
 
 from ._meta_fixtures import Metas, constant_source, fixed_source, infer, loaded, make_world, metas
 from ._world import World
@@ -233,6 +235,39 @@ def test_explicit_load_of_a_meta_loads_and_pins_its_sub_models(
     want_scores, want_indices = stages(world, x)
     np.testing.assert_array_equal(indices.data, want_indices)
     np.testing.assert_allclose(scores.data, want_scores, rtol=1e-6)
+
+
+def test_a_meta_loaded_at_start_up_is_adopted_not_reloaded(
+    make_world: Callable[..., World], metas: Metas
+) -> None:
+    # start_lifecycle hands start-up models to the lifecycle; a meta (nothing scheduled) must
+    # be adopted like any model, so an explicit load of the unchanged bundle only pins it.
+    exported = metas.exported
+    world = make_world(
+        [exported.embed, exported.score, exported.pipeline],
+        mode=ModelControlMode.EXPLICIT,
+        budget=1 << 20,
+        model_dirs=[exported.root],
+    )
+    digester = BundleDigester()
+    found = {
+        name: seen(path, digester)
+        for name, path in (
+            (EMBED, exported.embed),
+            (SCORE, exported.score),
+            (META, exported.pipeline),
+        )
+    }
+    start_lifecycle(world.state, Booted(found, digester))
+    changes = world.state.lifecycle
+    assert changes is not None
+    assert not changes.known[META].failed
+    before = entry_of(world, META)
+    changes.load_explicit(META)
+    after = entry_of(world, META)
+    assert after is before  # same generation: nothing re-imported
+    assert after.generation == before.generation
+    assert world.state.model_ready(META)
 
 
 # -- load-time rejections ----------------------------------------------------------------------

@@ -334,6 +334,30 @@ def _load_all(state: WorkerState, runtime: Runtime, bundles: dict[str, Path]) ->
     return loaded
 
 
+def _refuse_nested_metas(state: WorkerState, bundles: list[LoadedBundle]) -> list[LoadedBundle]:
+    """Start-up's half of :func:`check_meta_calls`: a meta calling a meta loaded beside it fails.
+
+    (During start-up every registry entry is still a placeholder, so the load-time check
+    cannot see the other bundles.)
+    """
+    metas = {b.entry.name for b in bundles if b.entry.meta is not None}
+    kept: list[LoadedBundle] = []
+    for bundle in bundles:
+        meta = bundle.entry.meta
+        nested = [c for c in meta.calls if c in metas] if meta is not None else []
+        if not nested:
+            kept.append(bundle)
+            continue
+        reason = (
+            f"meta '{bundle.entry.name}' calls '{nested[0]}', which is a meta model; "
+            "a meta may call regular models only (one level)"
+        )
+        _log.error("model load failed model=%s error=%s", bundle.entry.name, reason)
+        state.registry.put(ModelEntry.failed(bundle.entry.name, reason))
+        state.record_load(bundle.entry.name, bundle.seconds, ok=False)
+    return kept
+
+
 @attrs.frozen
 class Booted:
     """What start-up saw: every scanned bundle's digest (none in static mode), for the lifecycle."""
@@ -361,7 +385,7 @@ def boot(state: WorkerState) -> Booted:
     # Static mode never compares digests: do not read every weights file at start-up for it.
     static = config.model_control_mode is ModelControlMode.STATIC
     seen = {} if static else observe(found, digester)
-    bundles = _load_all(state, runtime, found.bundles)
+    bundles = _refuse_nested_metas(state, _load_all(state, runtime, found.bundles))
     result = start_up(
         runtime.backend,
         runtime.weights,

@@ -156,7 +156,7 @@ def start_lifecycle(state: WorkerState, booted: Booted) -> None:
     lifecycle.digester = booted.digester
     for name, seen in booted.seen.items():
         entry = state.registry.get(name)
-        if entry is not None and entry.scheduled is not None:
+        if entry is not None and entry.installed:
             lifecycle.adopt(entry, seen)
         else:
             lifecycle.note_failed(name, seen)
