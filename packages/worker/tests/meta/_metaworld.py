@@ -30,7 +30,7 @@ import attrs
 import numpy as np
 import pytest
 
-from packages.worker.tests.server._world import World
+from packages.worker.tests.server._world import World, start_world
 from reactantserver.core.config import (
     ModelControlMode,
     SchedulingDiscipline,
@@ -41,10 +41,8 @@ from reactantserver.core.hooks import NamedTensor
 from reactantserver.core.types import InferRequest, InferResponse
 from reactantserver.worker.meta import MetaModel, MetaRunner
 from reactantserver.worker.registry import ModelEntry
-from reactantserver.worker.server.boot import build_runtime, load_model
 from reactantserver.worker.server.digest import BundleDigester, dir_identity
 from reactantserver.worker.server.reconcile import Seen
-from reactantserver.worker.server.state import WorkerState
 
 __all__ = [
     "EMBED",
@@ -186,28 +184,11 @@ def meta_config(
 
 
 def start_meta_world(config: WorkerConfig, bundles: Sequence[Path]) -> World:
-    """Build the runtime, load ``bundles`` in order (metas too) and start the scheduler.
+    """:func:`start_world`: regular models are scheduled, a meta's entry only registered.
 
-    Regular models are added to the scheduler; a meta's entry is only registered (it has
-    nothing scheduled). The caller must :meth:`World.close` the result.
+    The caller must :meth:`World.close` the result.
     """
-    state = WorkerState(config, version="0.0.test")
-    runtime = build_runtime(state)
-    state.runtime = runtime
-    world = World(state, runtime)
-    try:
-        for path in bundles:
-            bundle = load_model(state, runtime, path)
-            world.bundles.append(bundle)
-            if bundle.entry.scheduled is not None:
-                runtime.scheduler.add_model(bundle.entry.scheduled)
-            state.registry.put(bundle.entry)
-        runtime.scheduler.start()
-    except BaseException:
-        world.close()
-        raise
-    state.started = True
-    return world
+    return start_world(config, bundles)
 
 
 def runner(world: World) -> MetaRunner:

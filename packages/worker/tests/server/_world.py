@@ -84,7 +84,7 @@ class World:
 def start_world(
     config: WorkerConfig, bundles: Sequence[Path], *, version: str = "0.0.test"
 ) -> World:
-    """Build the runtime, load and register ``bundles`` in order, start the scheduler.
+    """Build the runtime, load and register ``bundles`` in order (metas too), start the scheduler.
 
     The caller owns the result and must :meth:`World.close` it; on failure everything built
     so far is closed before the error propagates.
@@ -97,8 +97,8 @@ def start_world(
         for path in bundles:
             bundle = load_model(state, runtime, path)
             world.bundles.append(bundle)
-            assert bundle.entry.scheduled is not None
-            runtime.scheduler.add_model(bundle.entry.scheduled)
+            if bundle.entry.scheduled is not None:  # a meta has nothing scheduled
+                runtime.scheduler.add_model(bundle.entry.scheduled)
             state.registry.put(bundle.entry)
         runtime.scheduler.start()
     except BaseException:
