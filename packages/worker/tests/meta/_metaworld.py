@@ -20,6 +20,7 @@ fixtures that call :func:`export_bundles` skip.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -48,6 +49,7 @@ __all__ = [
     "EMBED",
     "HOOKED",
     "META",
+    "REPOSITORY",
     "SCORE",
     "WAIT_S",
     "Exported",
@@ -64,6 +66,9 @@ __all__ = [
     "wait_for",
     "write_meta",
 ]
+
+REPOSITORY = Path(__file__).resolve().parents[4]
+"""The repository root (``examples/`` lives there)."""
 
 EMBED = "pipeline_embed"
 SCORE = "pipeline_score"
@@ -109,10 +114,13 @@ class Exported:
 def export_bundles(root: Path) -> Exported:
     """Export the pipeline example and ``hooked`` under ``root`` (skips without the exporter)."""
     pytest.importorskip("reactantserver.export")
-    from examples.pipeline.export import export
-    from examples.pipeline.network import embed, init_embed_params
     from reactantserver.export import export_jax
 
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(REPOSITORY))  # examples/ is not an installed package
+        export = importlib.import_module("examples.pipeline.export").export
+        network = importlib.import_module("examples.pipeline.network")
+    embed, init_embed_params = network.embed, network.init_embed_params
     embed_bundle, score_bundle, meta_bundle = export(root, progress=False)
     hooked = export_jax(
         embed,
