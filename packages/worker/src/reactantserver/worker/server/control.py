@@ -37,7 +37,7 @@ from reactantserver.worker.scheduler import SHUTTING_DOWN, Scheduler, StatsSnaps
 from reactantserver.worker.server.groups import (
     WEIGHTLESS,
     ModelWeights,
-    fold_group,
+    group_weights,
     model_weights,
     set_group_residency,
 )
@@ -317,14 +317,7 @@ def _meta_status(
     """A meta as one group: Σ footprint, AND of the flags, the least-resident floor."""
     meta = entry.meta
     assert meta is not None
-    members: list[ModelWeights | None] = []
-    for callee in meta.calls:
-        sub = state.registry.get(callee)
-        if sub is None or sub.state is not ModelState.READY or sub.scheduled is None:
-            members.append(None)
-        else:
-            members.append(view.models.get(callee, WEIGHTLESS))
-    group = fold_group(members)
+    group = group_weights(state, entry, view.models.get)
     stats = scheduler.stats(entry.name) or StatsSnapshot()
     return control_pb2.ModelStatus(
         name=entry.name,

@@ -3,13 +3,14 @@
 The gateway only ever sees the meta, so the worker reports the group as one model and
 applies residency changes to every sub-model::
 
-    weights = fold_group([per_model.get(sub) for sub in meta.calls])   # ModelControlStatus
+    weights = group_weights(state, entry, snapshot.get)     # ModelControlStatus
     floor = set_group_residency(state, runtime, "pipeline", Residency.PINNED_DEVICE)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import functools
+from collections.abc import Callable, Iterable, Sequence
 
 import attrs
 
@@ -111,15 +112,17 @@ def _members(state: WorkerState, meta: ModelEntry) -> list[ModelEntry | None]:
     return members
 
 
-def group_weights(state: WorkerState, weights: WeightCache, meta: ModelEntry) -> ModelWeights:
-    """The group of ``meta`` read from the cache now (flags only; any thread)."""
-    members: list[ModelWeights | None] = []
-    for sub in _members(state, meta):
-        if sub is None:
-            members.append(None)
-        else:
-            members.append(model_weights(weights, sub.name) or WEIGHTLESS)
-    return fold_group(members)
+def group_weights(
+    state: WorkerState, meta: ModelEntry, weights_of: Callable[[str], ModelWeights | None]
+) -> ModelWeights:
+    """The group of ``meta``: each loaded sub-model's weights from ``weights_of`` (``None``:
+    the cache does not hold it, so it is weightless), folded by :func:`fold_group`."""
+    return fold_group(
+        [
+            None if sub is None else (weights_of(sub.name) or WEIGHTLESS)
+            for sub in _members(state, meta)
+        ]
+    )
 
 
 def set_group_residency(
@@ -143,4 +146,4 @@ def set_group_residency(
                 wanted = held
         runs = model_runs(sub.loaded) if sub.loaded is not None else None
         apply_residency(runtime, sub.name, wanted, runs)
-    return group_weights(state, runtime.weights, meta).residency
+    return group_weights(state, meta, functools.partial(model_weights, runtime.weights)).residency

@@ -164,7 +164,10 @@ class InferenceService:
         residency = "NONE"
         weight_bytes = 0 if entry.loaded is None else entry.loaded.weight_nbytes
         if runtime is not None and entry.meta is not None:
-            group = groups.group_weights(self.state, runtime.weights, entry)
+            weights = runtime.weights
+            group = groups.group_weights(
+                self.state, entry, lambda name: groups.model_weights(weights, name)
+            )
             residency, weight_bytes = group.residency.name, group.nbytes
         elif runtime is not None and entry.name in runtime.weights:
             residency = runtime.weights.residency(entry.name).name
