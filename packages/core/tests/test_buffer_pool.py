@@ -585,3 +585,13 @@ def test_anonymous_pool_is_not_backed_by_a_file() -> None:
         before = set(os.listdir(SHM))
         p.acquire().release()
         assert set(os.listdir(SHM)) == before
+
+
+def test_offset_of_finds_scratch_arrays_and_nothing_else() -> None:
+    with BufferPool(4096, 4) as pool, pool.acquire(span=2) as slot:
+        first, second = slot.scratch([((3, 4), np.float32), ((5,), np.int64)])
+        assert pool.offset_of(first) == slot.offset
+        assert pool.offset_of(second) == slot.offset + 64
+        assert pool.offset_of(second[1:]) == slot.offset + 72
+        assert pool.offset_of(np.zeros(4)) is None
+    assert pool.offset_of(first) is None

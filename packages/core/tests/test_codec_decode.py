@@ -718,6 +718,7 @@ def test_public_surface_sorted() -> None:
         "SHM_BYTE_SIZE",
         "SHM_OFFSET",
         "SHM_REGION",
+        "decode_output",
         "decode_request",
         "decode_response",
         "effective_deadline_ns",

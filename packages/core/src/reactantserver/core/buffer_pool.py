@@ -239,6 +239,9 @@ class BufferPool:
         self._shm_path = None if shm_key is None else _shm_path(shm_key)
         self._mmap = self._map(nbytes, shm_mode)
         self._view = memoryview(self._mmap)
+        probe = np.frombuffer(self._view, np.uint8, count=1)
+        self._base = int(probe.ctypes.data)
+        del probe  # the export must end, or close() could not unmap
         self._lock = threading.Lock()
         self._free = [True] * n_slots
         self._waiters: collections.deque[_Waiter] = collections.deque()
@@ -285,6 +288,20 @@ class BufferPool:
     def shm_path(self) -> Path | None:
         """The SHM object's file (``None`` for plain memory)."""
         return self._shm_path
+
+    def offset_of(self, data: npt.NDArray[Any]) -> int | None:
+        """Byte offset of ``data``'s memory within the mapping, or ``None`` if it lies outside.
+
+        Lets a caller turn a scratch array back into a ``(pool, offset)`` reference, e.g. a
+        shared-memory region offset on the wire. Always ``None`` once the pool is closed.
+        """
+        if self._closed:
+            return None
+        start = int(data.__array_interface__["data"][0])
+        offset = start - self._base
+        if offset < 0 or offset + data.nbytes > self._nbytes:
+            return None
+        return offset
 
     @property
     def closed(self) -> bool:

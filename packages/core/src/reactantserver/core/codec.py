@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
 
 from reactantserver.core._codec_contents import typed_to_array
 from reactantserver.core._codec_deadline import MAX_BUDGET_NS, effective_deadline_ns
@@ -66,6 +69,7 @@ __all__ = [
     "SHM_BYTE_SIZE",
     "SHM_OFFSET",
     "SHM_REGION",
+    "decode_output",
     "decode_request",
     "decode_response",
     "effective_deadline_ns",
@@ -235,30 +239,44 @@ def decode_response(
     registrations) or, without a registry, left out. Malformed tensors raise
     ``InvalidArgumentError``.
     """
+    outputs: list[NamedTensor] = []
+    for i, tensor in enumerate(msg.outputs):
+        array = decode_output(msg, i, registry=registry)
+        if array is not None:
+            outputs.append(NamedTensor(tensor.name, array))
+    return InferResponse(
+        model_name=msg.model_name, model_version=msg.model_version, id=msg.id, outputs=outputs
+    )
+
+
+def decode_output(
+    msg: pb.ModelInferResponse, index: int, *, registry: SharedMemoryRegistry | None = None
+) -> np.ndarray[Any, Any] | None:
+    """Output ``index`` of ``msg`` as an array in its wire shape and dtype.
+
+    Raw contents give a zero-copy read-only view (BYTES: an object array of ``bytes``);
+    typed contents are converted. An output the server wrote into shared memory is copied
+    out of ``registry``, or is ``None`` without one. Malformed tensors raise
+    ``InvalidArgumentError``.
+    """
     where = f"model {msg.model_name!r}"
     raw = msg.raw_output_contents
     if raw and len(raw) != len(msg.outputs):
         raise InvalidArgumentError(
             f"{where}: raw_output_contents has {len(raw)} entries for {len(msg.outputs)} outputs"
         )
-    outputs: list[NamedTensor] = []
-    for i, tensor in enumerate(msg.outputs):
-        what = f"{where}: output {tensor.name!r}"
-        dtype = wire_dtype(tensor.datatype, what)
-        shape, elements = checked_shape(tensor.shape, what)
-        ref = shm_ref(tensor.parameters, what)
-        nbytes = None if dtype is DType.BYTES else elements * dtype.itemsize
-        header = TensorHeader(tensor.name, dtype, shape, elements, nbytes, ref, what)
-        if ref is not None:
-            if registry is None:
-                continue
-            with registry.read(ref.region, ref.offset, ref.byte_size) as lease:
-                array = raw_array(lease.view.tobytes(), header, "shared memory")
-        elif raw:
-            array = raw_array(raw[i], header, "raw_output_contents entry")
-        else:
-            array = typed_to_array(tensor.contents, dtype, shape, elements, what)
-        outputs.append(NamedTensor(tensor.name, array))
-    return InferResponse(
-        model_name=msg.model_name, model_version=msg.model_version, id=msg.id, outputs=outputs
-    )
+    tensor = msg.outputs[index]
+    what = f"{where}: output {tensor.name!r}"
+    dtype = wire_dtype(tensor.datatype, what)
+    shape, elements = checked_shape(tensor.shape, what)
+    ref = shm_ref(tensor.parameters, what)
+    nbytes = None if dtype is DType.BYTES else elements * dtype.itemsize
+    header = TensorHeader(tensor.name, dtype, shape, elements, nbytes, ref, what)
+    if ref is not None:
+        if registry is None:
+            return None
+        with registry.read(ref.region, ref.offset, ref.byte_size) as lease:
+            return raw_array(lease.view.tobytes(), header, "shared memory")
+    if raw:
+        return raw_array(raw[index], header, "raw_output_contents entry")
+    return typed_to_array(tensor.contents, dtype, shape, elements, what)
