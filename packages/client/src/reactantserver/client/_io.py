@@ -19,7 +19,15 @@ from reactantserver.client._staging import StagingPool, StagingSlot
 from reactantserver.client._tensors import InferInput
 from reactantserver.core.protocol import grpc_service_pb2 as pb
 
-__all__ = ["ChunkPlan", "InferenceIO", "OutputSpec", "chunk_plan", "chunks", "output_specs", "zeros_for"]
+__all__ = [
+    "ChunkPlan",
+    "InferenceIO",
+    "OutputSpec",
+    "chunk_plan",
+    "chunks",
+    "output_specs",
+    "zeros_for",
+]
 
 
 @attrs.frozen
