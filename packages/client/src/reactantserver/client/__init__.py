@@ -27,6 +27,7 @@ from reactantserver.client._spec import ModelIOSpec, TensorInfo
 from reactantserver.client._staging import StagingPool, StagingSlot
 from reactantserver.client._tensors import InferInput, InferOutput, RequestedOutput
 from reactantserver.client._url import Target, parse_url
+from reactantserver.client._validate import manifest_io_spec, validate_io
 
 __version__ = _version("reactantserver-client")
 
@@ -50,8 +51,10 @@ __all__ = [
     "create_region",
     "infer_async",
     "infer_sync",
+    "manifest_io_spec",
     "parse_url",
     "register_region",
     "shutdown",
     "unregister_region",
+    "validate_io",
 ]

@@ -15,7 +15,7 @@ from reactantserver.client._flow import run_async, run_sync
 from reactantserver.client._io import ChunkPlan, InferenceIO, chunk_plan, chunks, output_specs
 from reactantserver.client._model import KServeModel
 from reactantserver.client._request import Call, infer_flow
-from reactantserver.client._staging import StagingPool, StagingSlot
+from reactantserver.client._staging import StagingPool, StagingSlot, natural_align
 from reactantserver.client._tensors import InferInput, RequestedOutput
 from reactantserver.core.buffer_pool import Slot
 from reactantserver.core.protocol import grpc_service_pb2 as pb
@@ -70,18 +70,22 @@ class _Batch:
 
     def call(self, items: range, slot: Slot) -> Call:
         """Encode ``items`` into ``slot``; the request that sends them."""
-        inputs = list(self.io.encode_chunk(items, StagingSlot(slot)))
+        staging = StagingSlot(slot)
+        inputs = list(self.io.encode_chunk(items, staging))
         _check_inputs(inputs)
-        outputs = []
-        for spec in self.specs:
-            if self.pool.shm:
-                # Outputs land in the same slot, after the inputs, at their natural alignment.
+        placed: dict[str, ShmRef] = {}
+        if self.pool.shm:
+            # Outputs fill the slot from its end (largest elements first, so without gaps).
+            for spec in sorted(self.specs, key=lambda s: -s.dtype.itemsize):
                 nbytes = spec.per_item_bytes * len(items)
-                offset, _ = slot.carve(nbytes, align=max(1, spec.dtype.itemsize))
-                ref = ShmRef(self.pool.name, offset, nbytes)
-                outputs.append(RequestedOutput(spec.name, ref, self.pool))
-            else:
-                outputs.append(RequestedOutput(spec.name))
+                offset = staging.carve_tail(nbytes, align=natural_align(spec.dtype.itemsize))
+                placed[spec.name] = ShmRef(self.pool.name, offset, nbytes)
+        outputs = [
+            RequestedOutput(spec.name, placed[spec.name], self.pool)
+            if spec.name in placed
+            else RequestedOutput(spec.name)
+            for spec in self.specs
+        ]
         suffix = f"-{items.start}" if self.request_id else ""
         return Call(
             self.model,

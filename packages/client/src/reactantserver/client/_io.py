@@ -8,7 +8,7 @@ request per chunk, and hands each response to ``decode_chunk``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -30,13 +30,21 @@ __all__ = [
 ]
 
 
+def _dims(shape: Iterable[int]) -> tuple[int, ...]:
+    return tuple(int(d) for d in shape)
+
+
+def _dtype(dtype: npt.DTypeLike) -> np.dtype[Any]:
+    return np.dtype(dtype)
+
+
 @attrs.frozen
 class OutputSpec:
     """A declared output: name, dtype and the shape of one item's part (batch axis left out)."""
 
     name: str
-    dtype: Any = attrs.field(converter=np.dtype)
-    per_item_shape: tuple[int, ...] = attrs.field(converter=tuple)
+    dtype: np.dtype[Any] = attrs.field(converter=_dtype)
+    per_item_shape: tuple[int, ...] = attrs.field(converter=_dims)
 
     @property
     def per_item_bytes(self) -> int:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from types import TracebackType
 
 from reactantserver.client._channels import CHANNELS, ChannelKey
 from reactantserver.client._flow import Flow, Unary, run_sync
-from reactantserver.client._retry import RetryPolicy
+from reactantserver.client._retry import RetryPolicy, retrying_flow
 from reactantserver.client._spec import ModelIOSpec
 from reactantserver.client._staging import StagingPool, default_pool
 from reactantserver.client._transport import ENDPOINTS, Endpoint, SharedMemoryMode
@@ -137,11 +138,19 @@ class KServeModel:
             raise ValueError(f"{self!r} is closed")
 
     def metadata_flow(self) -> Flow[ModelIOSpec]:
-        """``ModelMetadata`` once, then the cached answer."""
+        """``ModelMetadata`` once (retried like an inference), then the cached answer."""
         if self._metadata is None:
-            reply = yield Unary(
-                self.key, _METADATA, pb.ModelMetadataRequest(name=self.model_name), self.deadline
-            )
+            request = pb.ModelMetadataRequest(name=self.model_name)
+            deadline_ns = time.monotonic_ns() + int(self.deadline * 1e9)
+
+            def attempt() -> Flow[pb.ModelMetadataResponse]:
+                remaining = (deadline_ns - time.monotonic_ns()) / 1e9
+                reply: pb.ModelMetadataResponse = yield Unary(
+                    self.key, _METADATA, request, remaining
+                )
+                return reply
+
+            reply = yield from retrying_flow(self.retry, deadline_ns, attempt)
             self._metadata = ModelIOSpec.from_metadata(reply)
         return self._metadata
 

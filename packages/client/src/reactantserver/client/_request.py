@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 import attrs
 import grpc
 
-from reactantserver.client._flow import Exclusive, Flow, Sleep, Unary
+from reactantserver.client._flow import Exclusive, Flow, Unary
 from reactantserver.client._model import KServeModel
-from reactantserver.client._retry import Backoff
+from reactantserver.client._retry import retrying_flow
 from reactantserver.client._staging import StagingPool
 from reactantserver.client._tensors import InferInput, RequestedOutput
 from reactantserver.client._transport import is_stale
@@ -92,24 +92,11 @@ class Call:
         return remaining
 
 
-def _code(error: grpc.RpcError) -> grpc.StatusCode | None:
-    return error.code() if isinstance(error, grpc.Call) else None
-
-
 def infer_flow(call: Call) -> Flow[pb.ModelInferResponse]:
     """Send ``call`` until it succeeds, fails for good, or the budget runs out."""
-    model = call.model
-    backoff = Backoff(model.retry, call.deadline_ns)
-    while True:
-        try:
-            return (yield from _attempt_flow(call))
-        except grpc.RpcError as error:
-            if not model.retry.retryable(_code(error)):
-                raise
-            wait = backoff.next_wait(time.monotonic_ns())
-            if wait is None:
-                raise
-            yield Sleep(wait)
+    return (
+        yield from retrying_flow(call.model.retry, call.deadline_ns, lambda: _attempt_flow(call))
+    )
 
 
 def _attempt_flow(call: Call) -> Flow[pb.ModelInferResponse]:

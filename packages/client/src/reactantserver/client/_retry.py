@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import attrs
 import grpc
 
-__all__ = ["Backoff", "RetryPolicy"]
+from reactantserver.client._flow import Flow, Sleep
+
+__all__ = ["Backoff", "RetryPolicy", "retrying_flow"]
+
+T = TypeVar("T")
 
 _NS = 1_000_000_000
 
@@ -90,3 +96,19 @@ class Backoff:
             return None
         self._backoff *= policy.factor
         return wait
+
+
+def retrying_flow(policy: RetryPolicy, deadline_ns: int, attempt: Callable[[], Flow[T]]) -> Flow[T]:
+    """Run ``attempt()`` until it succeeds, fails for good, or the budget runs out."""
+    backoff = Backoff(policy, deadline_ns)
+    while True:
+        try:
+            return (yield from attempt())
+        except grpc.RpcError as error:
+            code = error.code() if isinstance(error, grpc.Call) else None
+            if not policy.retryable(code):
+                raise
+            wait = backoff.next_wait(time.monotonic_ns())
+            if wait is None:
+                raise
+            yield Sleep(wait)

@@ -10,6 +10,7 @@ can map (``shm=True``) or plain memory. Batched IO drivers hand each chunk a
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import threading
@@ -17,6 +18,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any, overload
 
+import numpy as np
 import numpy.typing as npt
 
 from reactantserver.core.buffer_pool import DEFAULT_ALIGN, BufferPool, ScratchSpec, Slot
@@ -41,6 +43,9 @@ _LIVE_LOCK = threading.Lock()
 class StagingPool(BufferPool):
     """``slots`` equal slots over ``nbytes`` of shared (``shm=True``) or plain memory.
 
+    Slot sizes are rounded down to whole 64-byte lines (``nbytes`` shrinks by less than 64
+    bytes per slot).
+
     The SHM object is ``/dev/shm/reactantserver-client-<pid>-<16 hex>``, created with ``mode``
     and unlinked by :meth:`close` (or :func:`~reactantserver.client.shutdown` at exit). Its
     registration name on servers is :attr:`name`.
@@ -55,6 +60,9 @@ class StagingPool(BufferPool):
         mode: int = 0o600,
     ) -> None:
         self._name = f"reactantserver-client-{os.getpid()}-{secrets.token_hex(8)}"
+        if slots >= 1 and nbytes // slots >= DEFAULT_ALIGN:
+            # Whole cache lines per slot, so every slot starts aligned for any element type.
+            nbytes = nbytes // slots // DEFAULT_ALIGN * DEFAULT_ALIGN * slots
         super().__init__(nbytes, slots, shm_key=f"/{self._name}" if shm else None, shm_mode=mode)
         with _LIVE_LOCK:
             _LIVE.add(self)
@@ -85,6 +93,7 @@ class StagingSlot:
 
     def __init__(self, slot: Slot) -> None:
         self._slot = slot
+        self._tail = slot.offset + slot.nbytes
 
     @property
     def slot(self) -> Slot:
@@ -129,16 +138,69 @@ class StagingSlot:
     ) -> list[npt.NDArray[Any]]: ...
 
     def scratch(self, shape: Any, dtype: Any = None) -> Any:
-        """Contiguous arrays carved from the slot, one after the other (64-byte aligned).
+        """C-contiguous arrays carved from the slot, packed without padding.
 
         ``scratch(shape, dtype)`` gives one array; a list of ``(shape, dtype)`` or of named
         ``(name, shape, dtype)`` specs gives a list of arrays in that order (the names only
-        document which input each buffer is for).
+        document which input each buffer is for). Buffers are laid out largest element size
+        first, each at its natural alignment, so a chunk whose items fill the slot exactly
+        (``chunk * item_input_bytes == slot bytes``) always fits.
         """
         if dtype is not None:
-            return self._slot.scratch(shape, dtype)
-        specs = [spec[1:] if len(spec) == 3 else spec for spec in shape]
-        return self._slot.scratch(specs)
+            return self._pack([(shape, dtype)])[0]
+        return self._pack([spec[1:] if len(spec) == 3 else spec for spec in shape])
+
+    def _pack(self, specs: Sequence[Sequence[Any]]) -> list[npt.NDArray[Any]]:
+        shapes = [_shape(s) for s, _ in specs]
+        dtypes = [np.dtype(d) for _, d in specs]
+        for dt in dtypes:
+            if dt.hasobject or dt.itemsize == 0:
+                raise ValueError(f"scratch arrays need a fixed-size dtype, got {dt}")
+        # Decreasing element sizes (powers of two) keep every buffer aligned with no gaps.
+        order = sorted(range(len(specs)), key=lambda k: -dtypes[k].itemsize)
+        end = self._slot.offset + self._slot.used
+        for i in order:  # all or nothing: check the whole layout before carving any of it
+            align = natural_align(dtypes[i].itemsize)
+            end = -(-end // align) * align + math.prod(shapes[i]) * dtypes[i].itemsize
+        if end > min(self._tail, self._slot.offset + self._slot.nbytes):
+            raise ValueError(
+                f"scratch of {end - self._slot.offset - self._slot.used} bytes overflows the "
+                f"slot ({self._slot.nbytes} bytes, {self._slot.used} used)"
+            )
+        arrays: list[npt.NDArray[Any] | None] = [None] * len(specs)
+        for i in order:
+            count = math.prod(shapes[i])
+            size = dtypes[i].itemsize
+            _, view = self._slot.carve(count * size, align=natural_align(size))
+            arrays[i] = np.frombuffer(view, dtypes[i], count=count).reshape(shapes[i])
+        return [a for a in arrays if a is not None]
+
+    def carve_tail(self, nbytes: int, align: int) -> int:
+        """Reserve ``nbytes`` at the end of the slot, below earlier tail carves; the offset.
+
+        Used for outputs the server writes into the slot: inputs grow from the start, outputs
+        from the end, so both fit whenever their total does.
+        """
+        end = (self._tail - nbytes) // align * align
+        if nbytes < 0 or end < self._slot.offset + self._slot.used:
+            raise ValueError(
+                f"{nbytes} more bytes do not fit the slot ({self._slot.nbytes} bytes, "
+                f"{self._slot.used} used by inputs)"
+            )
+        self._tail = end
+        return end
+
+
+def natural_align(itemsize: int) -> int:
+    """The alignment an element of ``itemsize`` bytes wants (largest power of two dividing it)."""
+    return min(DEFAULT_ALIGN, itemsize & -itemsize)
+
+
+def _shape(shape: int | Sequence[int]) -> tuple[int, ...]:
+    dims = (shape,) if isinstance(shape, int) else tuple(int(d) for d in shape)
+    if any(d < 0 for d in dims):
+        raise ValueError(f"scratch shape must not be negative, got {dims}")
+    return dims
 
 
 def pool_of(array: npt.NDArray[Any]) -> tuple[StagingPool, int] | None:

@@ -46,6 +46,8 @@ class InferInput:
 
     def __init__(self, name: str, data: npt.ArrayLike) -> None:
         array = np.asarray(data)
+        if array.dtype.byteorder == ">":
+            array = array.astype(array.dtype.newbyteorder("<"))  # the wire is little-endian
         _wire_dtype(array.dtype, f"input {name!r}")
         self._name = name
         self._array: npt.NDArray[Any] = array
@@ -63,6 +65,8 @@ class InferInput:
         dtype: npt.DTypeLike,
     ) -> InferInput:
         """An input whose bytes are already at ``offset`` in a registered ``region``."""
+        if np.dtype(dtype).byteorder == ">":
+            raise ValueError(f"input {name!r}: shared memory holds little-endian data only")
         member = _wire_dtype(dtype, f"input {name!r}")
         if member is DType.BYTES:
             raise ValueError(f"input {name!r}: BYTES inputs cannot come from a region by shape")

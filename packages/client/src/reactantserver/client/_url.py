@@ -59,6 +59,6 @@ def parse_url(url: str) -> Target:
             raise _invalid(url, "too many ':' (write an IPv6 host in brackets)")
     if not host or "/" in host or any(ch.isspace() for ch in host):
         raise _invalid(url, "missing or malformed host")
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
         raise _invalid(url, f"port must be a number in 1..65535, got {port_text!r}")
     return Target(host.lower(), int(port_text), tls)

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeAlias, overload
+from typing import Any, Self, TypeAlias, overload
 
 import attrs
 import numpy as np
@@ -486,7 +486,7 @@ class BufferPool:
         if self._shm_path is not None:
             self._shm_path.unlink(missing_ok=True)
 
-    def __enter__(self) -> BufferPool:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
