@@ -170,6 +170,11 @@ async def _run_batch(batch: _Batch, io: InferenceIO, concurrency: int) -> None:
             finally:
                 slot.release()
 
-    async with asyncio.TaskGroup() as group:
-        for _ in range(concurrency):
-            group.create_task(lane())
+    try:
+        async with asyncio.TaskGroup() as group:
+            for _ in range(concurrency):
+                group.create_task(lane())
+    except BaseExceptionGroup as group:
+        # The first chunk that failed is the batch's error, as with infer_sync (the other
+        # lanes were cancelled because of it).
+        raise group.exceptions[0] from None

@@ -81,12 +81,11 @@ def shutdown() -> None:
     """
     endpoints = ENDPOINTS.drain()
     pools = live_pools()
-    pool_names = {p.name for p in pools}
     threads = []
     for endpoint in endpoints:
         threads.extend(endpoint.stop())
         for key, registration in endpoint.registrations():
-            if registration.name not in pool_names:
+            if not registration.pool:
                 continue  # explicit regions belong to the caller
             try:
                 run_sync(unregister_flow(key, registration.name, _UNREGISTER_TIMEOUT_S))

@@ -80,7 +80,7 @@ class Call:
             priority=self.priority,
             parameters=dict(self.parameters),
         )
-        return codec.encode_request(request, shm_inputs=shm_inputs), regions
+        return codec.encode_request(request, shm_inputs=shm_inputs), list(dict.fromkeys(regions))
 
     def remaining_ns(self) -> int:
         """Budget left; ``DeadlineExceededError`` when none is."""

@@ -18,6 +18,7 @@ import attrs
 import grpc
 
 from reactantserver.client._flow import Flow, Sleep
+from reactantserver.client._status import status_code
 
 __all__ = ["Backoff", "RetryPolicy", "retrying_flow"]
 
@@ -105,8 +106,7 @@ def retrying_flow(policy: RetryPolicy, deadline_ns: int, attempt: Callable[[], F
         try:
             return (yield from attempt())
         except grpc.RpcError as error:
-            code = error.code() if isinstance(error, grpc.Call) else None
-            if not policy.retryable(code):
+            if not policy.retryable(status_code(error)):
                 raise
             wait = backoff.next_wait(time.monotonic_ns())
             if wait is None:

@@ -14,7 +14,6 @@ import math
 import os
 import secrets
 import threading
-import weakref
 from collections.abc import Sequence
 from typing import Any, overload
 
@@ -36,7 +35,8 @@ __all__ = [
 DEFAULT_POOL_BYTES = 256 << 20
 DEFAULT_POOL_SLOTS = 8
 
-_LIVE: weakref.WeakSet[StagingPool] = weakref.WeakSet()
+_LIVE: set[StagingPool] = set()
+"""Open pools, held until closed so ``shutdown`` can unlink every one of them."""
 _LIVE_LOCK = threading.Lock()
 
 
@@ -66,6 +66,12 @@ class StagingPool(BufferPool):
         super().__init__(nbytes, slots, shm_key=f"/{self._name}" if shm else None, shm_mode=mode)
         with _LIVE_LOCK:
             _LIVE.add(self)
+
+    def close(self) -> None:
+        """Unmap and unlink the pool (idempotent); see ``BufferPool.close``."""
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+        super().close()
 
     @property
     def name(self) -> str:
@@ -215,7 +221,7 @@ def pool_of(array: npt.NDArray[Any]) -> tuple[StagingPool, int] | None:
 
 
 def live_pools() -> list[StagingPool]:
-    """Every pool not yet collected (shutdown closes them)."""
+    """Every pool not yet closed (``shutdown`` closes them)."""
     with _LIVE_LOCK:
         return list(_LIVE)
 

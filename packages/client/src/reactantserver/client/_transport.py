@@ -26,6 +26,7 @@ import grpc
 from reactantserver.client._channels import ChannelKey
 from reactantserver.client._flow import Exclusive, Flow, Guard, Unary, run_sync
 from reactantserver.client._staging import StagingPool
+from reactantserver.client._status import status_code, status_details
 from reactantserver.core.protocol import INFERENCE_METHODS
 from reactantserver.core.protocol import grpc_service_pb2 as pb
 
@@ -65,19 +66,16 @@ class Registration:
     key: str
     offset: int
     byte_size: int
+    pool: bool = False
+    """A staging pool's (``shutdown`` removes those; explicit regions are the caller's)."""
 
 
 def is_stale(error: BaseException) -> bool:
     """Whether ``error`` says the server no longer knows a region this request used."""
     if not isinstance(error, grpc.RpcError):
         return False
-    code = error.code() if isinstance(error, grpc.Call) else None
-    details = (error.details() if isinstance(error, grpc.Call) else None) or ""
-    return code is grpc.StatusCode.FAILED_PRECONDITION or STALE_MESSAGE in details
-
-
-def _code(error: BaseException) -> grpc.StatusCode | None:
-    return error.code() if isinstance(error, grpc.Call) else None
+    code = status_code(error)
+    return code is grpc.StatusCode.FAILED_PRECONDITION or STALE_MESSAGE in status_details(error)
 
 
 def register_flow(key: ChannelKey, registration: Registration, timeout: float) -> Flow[None]:
@@ -109,7 +107,7 @@ def _probe_flow(key: ChannelKey, pool: StagingPool, timeout: float) -> Flow[bool
             key, _SAME_NAMESPACE, pb.IsSameIPCNamespaceRequest(name=pool.shm_key or ""), timeout
         )
     except grpc.RpcError as error:
-        if _code(error) is grpc.StatusCode.UNIMPLEMENTED:
+        if status_code(error) is grpc.StatusCode.UNIMPLEMENTED:
             return None
         raise
     return bool(reply.same)
@@ -117,7 +115,7 @@ def _probe_flow(key: ChannelKey, pool: StagingPool, timeout: float) -> Flow[bool
 
 def _pool_registration(pool: StagingPool) -> Registration:
     assert pool.shm_key is not None
-    return Registration(pool.name, pool.shm_key, 0, pool.nbytes)
+    return Registration(pool.name, pool.shm_key, 0, pool.nbytes, pool=True)
 
 
 def _attach_pool_flow(key: ChannelKey, pool: StagingPool, timeout: float) -> Flow[None]:
