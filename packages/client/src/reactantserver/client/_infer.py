@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from typing import TypeGuard, cast
 
 from reactantserver.client._flow import run_async, run_sync
 from reactantserver.client._io import ChunkPlan, InferenceIO, chunk_plan, chunks, output_specs
@@ -36,10 +37,20 @@ def _wanted(outputs: Sequence[str | RequestedOutput] | None) -> list[RequestedOu
     return [o if isinstance(o, RequestedOutput) else RequestedOutput(o) for o in outputs]
 
 
-def _check_inputs(inputs: Sequence[InferInput]) -> None:
+def _is_io(inputs: object) -> TypeGuard[InferenceIO]:
+    # A protocol isinstance check costs ~15 us; the common case, a list, skips it.
+    return not isinstance(inputs, list | tuple) and isinstance(inputs, InferenceIO)
+
+
+def _check_inputs(inputs: object) -> Sequence[InferInput]:
+    if not isinstance(inputs, Sequence):
+        raise TypeError(
+            f"inputs must be InferInputs or an InferenceIO, got {type(inputs).__name__}"
+        )
     for item in inputs:
         if not isinstance(item, InferInput):
             raise TypeError(f"inputs must be InferInput objects, got {type(item).__name__}")
+    return cast("Sequence[InferInput]", inputs)
 
 
 class _Batch:
@@ -71,8 +82,7 @@ class _Batch:
     def call(self, items: range, slot: Slot) -> Call:
         """Encode ``items`` into ``slot``; the request that sends them."""
         staging = StagingSlot(slot)
-        inputs = list(self.io.encode_chunk(items, staging))
-        _check_inputs(inputs)
+        inputs = _check_inputs(list(self.io.encode_chunk(items, staging)))
         placed: dict[str, ShmRef] = {}
         if self.pool.shm:
             # Outputs fill the slot from its end (largest elements first, so without gaps).
@@ -115,15 +125,22 @@ def infer_sync(
     """
     model.check_open()
     params = dict(parameters or {})
-    if isinstance(inputs, InferenceIO):
+    if _is_io(inputs):
         batch = _Batch(model, inputs, priority, request_id, params)
         for items in batch.ranges():
             with batch.pool.acquire(batch.plan.span, batch.deadline_ns) as slot:
                 reply = run_sync(infer_flow(batch.call(items, slot)))
                 inputs.decode_chunk(items, reply)
         return None
-    _check_inputs(inputs)
-    call = Call(model, inputs, _wanted(outputs), _deadline_ns(model), priority, request_id, params)
+    call = Call(
+        model,
+        _check_inputs(inputs),
+        _wanted(outputs),
+        _deadline_ns(model),
+        priority,
+        request_id,
+        params,
+    )
     return run_sync(infer_flow(call))
 
 
@@ -145,7 +162,7 @@ async def infer_async(
     """
     model.check_open()
     params = dict(parameters or {})
-    if isinstance(inputs, InferenceIO):
+    if _is_io(inputs):
         batch = _Batch(model, inputs, priority, request_id, params)
         if concurrency is None:
             concurrency = max(1, batch.pool.n_slots // batch.plan.span)
@@ -153,8 +170,15 @@ async def infer_async(
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         await _run_batch(batch, inputs, concurrency)
         return None
-    _check_inputs(inputs)
-    call = Call(model, inputs, _wanted(outputs), _deadline_ns(model), priority, request_id, params)
+    call = Call(
+        model,
+        _check_inputs(inputs),
+        _wanted(outputs),
+        _deadline_ns(model),
+        priority,
+        request_id,
+        params,
+    )
     return await run_async(infer_flow(call))
 
 

@@ -94,10 +94,11 @@ def shutdown() -> None:
     for pool in pools:
         with contextlib.suppress(Exception):
             pool.close()
+    # Closing the channels first cancels a re-probe stuck in its RPC, so the joins are short.
+    CHANNELS.close_all()
     stop_at = time.monotonic() + SHUTDOWN_JOIN_S
     for thread in threads:
         thread.join(max(0.0, stop_at - time.monotonic()))
-    CHANNELS.close_all()
 
 
 atexit.register(shutdown)
