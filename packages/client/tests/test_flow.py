@@ -8,37 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import grpc
 import pytest
 
-from reactantserver.client import parse_url, shutdown
+from reactantserver.client import parse_url
 from reactantserver.client._channels import ChannelKey
 from reactantserver.client._flow import Exclusive, Flow, Guard, Sleep, Unary, run_async, run_sync
 from reactantserver.core.protocol import INFERENCE_METHODS
 from reactantserver.core.protocol import grpc_service_pb2 as pb
 
-from ._scripted import KINDS, Pools, ScriptedServer, client_session, code_of, scripted_server
+from ._scripted import KINDS, ScriptedServer, code_of
 
 T = TypeVar("T")
 METADATA = INFERENCE_METHODS["ModelMetadata"]
 INFER = INFERENCE_METHODS["ModelInfer"]
 HOLD_S = 0.05
-
-
-@pytest.fixture
-def pools() -> Iterator[Pools]:
-    with client_session() as made:
-        yield made
-
-
-@pytest.fixture
-def server(pools: Pools) -> Iterator[ScriptedServer]:
-    with scripted_server() as scripted:
-        yield scripted
-        shutdown()
 
 
 @pytest.fixture

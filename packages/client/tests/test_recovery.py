@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -26,7 +25,6 @@ from reactantserver.client import (
     infer_async,
     infer_sync,
     register_region,
-    shutdown,
     unregister_region,
 )
 
@@ -37,12 +35,10 @@ from ._scripted import (
     ScriptedServer,
     ShmEvent,
     check_echo,
-    client_session,
     code_of,
     echo_from_slot,
     rows,
     run_infer,
-    scripted_server,
     slot_inputs,
     wait_for,
 )
@@ -50,19 +46,6 @@ from ._scripted import (
 STALE = grpc.StatusCode.FAILED_PRECONDITION
 OK = grpc.StatusCode.OK
 REPROBE_S = 0.05
-
-
-@pytest.fixture
-def pools() -> Iterator[Pools]:
-    with client_session() as made:
-        yield made
-
-
-@pytest.fixture
-def server(pools: Pools) -> Iterator[ScriptedServer]:
-    with scripted_server() as scripted:
-        yield scripted
-        shutdown()  # while the server still answers
 
 
 @pytest.fixture

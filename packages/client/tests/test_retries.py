@@ -8,22 +8,18 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator
 
 import grpc
 import numpy as np
 import pytest
 
-from reactantserver.client import InferInput, InferOutput, KServeModel, RetryPolicy, shutdown
+from reactantserver.client import InferInput, InferOutput, KServeModel, RetryPolicy
 
 from ._scripted import (
     KINDS,
-    Pools,
     ScriptedServer,
-    client_session,
     code_of,
     run_infer,
-    scripted_server,
 )
 
 FAST = RetryPolicy(initial_backoff=0.01)
@@ -31,19 +27,6 @@ NS = 1_000_000_000
 # gRPC rounds the grpc-timeout header *up* to a coarse unit (it compresses better), so the
 # server may see up to ~1 % more than the client asked for.
 HEADER_ROUNDING_S = 0.25
-
-
-@pytest.fixture
-def pools() -> Iterator[Pools]:
-    with client_session() as made:
-        yield made
-
-
-@pytest.fixture
-def server(pools: Pools) -> Iterator[ScriptedServer]:
-    with scripted_server() as scripted:
-        yield scripted
-        shutdown()  # while the server still answers
 
 
 def infer(kind: str, server: ScriptedServer, *, deadline: float = 10.0, retry: RetryPolicy) -> None:

@@ -11,7 +11,6 @@ import asyncio
 import gc
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -41,19 +40,6 @@ SHM = Path("/dev/shm")
 METADATA = INFERENCE_METHODS["ModelMetadata"]
 REPROBE_PREFIX = "reactantserver-client-reprobe-"
 SPEC_BOUND_S = 5.0  # the spec says within 1 s; generous for loaded CI machines
-
-
-@pytest.fixture
-def pools() -> Iterator[Pools]:
-    with client_session() as made:
-        yield made
-
-
-@pytest.fixture
-def server(pools: Pools) -> Iterator[ScriptedServer]:
-    with scripted_server() as scripted:
-        yield scripted
-        shutdown()  # while the server still answers
 
 
 def metadata_call(key: ChannelKey) -> pb.ModelMetadataResponse:

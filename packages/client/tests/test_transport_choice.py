@@ -7,14 +7,13 @@ copied back) and with a plain list of ``InferInput.from_slot`` inputs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Literal, TypeAlias
 
 import grpc
 import numpy as np
 import pytest
 
-from reactantserver.client import InferInput, InferOutput, KServeModel, StagingPool, shutdown
+from reactantserver.client import InferInput, InferOutput, KServeModel, StagingPool
 
 from ._scripted import (
     KINDS,
@@ -35,19 +34,6 @@ Mode: TypeAlias = Literal["auto", "on", "off"]
 ITEMS = 10
 BATCH = 4
 CHUNKS = 3  # ceil(ITEMS / BATCH)
-
-
-@pytest.fixture
-def pools() -> Iterator[Pools]:
-    with client_session() as made:
-        yield made
-
-
-@pytest.fixture
-def server(pools: Pools) -> Iterator[ScriptedServer]:
-    with scripted_server() as scripted:
-        yield scripted
-        shutdown()  # while the server still answers
 
 
 @pytest.fixture

@@ -60,10 +60,16 @@ class _Batch:
         self,
         model: KServeModel,
         io: InferenceIO,
+        *,
+        outputs: object,
         priority: int,
         request_id: str,
         parameters: Mapping[str, ParameterValue],
     ) -> None:
+        if outputs is not None:
+            raise ValueError(
+                "an InferenceIO declares its outputs with output_specs(), not outputs="
+            )
         self.model = model
         self.io = io
         self.pool: StagingPool = model.pool
@@ -108,6 +114,27 @@ class _Batch:
         )
 
 
+def _single(
+    model: KServeModel,
+    inputs: object,
+    *,
+    outputs: Sequence[str | RequestedOutput] | None,
+    priority: int,
+    request_id: str,
+    parameters: Mapping[str, ParameterValue],
+) -> Call:
+    """The one request a list of inputs makes."""
+    return Call(
+        model,
+        _check_inputs(inputs),
+        _wanted(outputs),
+        _deadline_ns(model),
+        priority,
+        request_id,
+        parameters,
+    )
+
+
 def infer_sync(
     model: KServeModel,
     inputs: Sequence[InferInput] | InferenceIO,
@@ -126,22 +153,31 @@ def infer_sync(
     model.check_open()
     params = dict(parameters or {})
     if _is_io(inputs):
-        batch = _Batch(model, inputs, priority, request_id, params)
+        batch = _Batch(
+            model,
+            inputs,
+            outputs=outputs,
+            priority=priority,
+            request_id=request_id,
+            parameters=params,
+        )
         for items in batch.ranges():
             with batch.pool.acquire(batch.plan.span, batch.deadline_ns) as slot:
                 reply = run_sync(infer_flow(batch.call(items, slot)))
                 inputs.decode_chunk(items, reply)
         return None
-    call = Call(
-        model,
-        _check_inputs(inputs),
-        _wanted(outputs),
-        _deadline_ns(model),
-        priority,
-        request_id,
-        params,
+    return run_sync(
+        infer_flow(
+            _single(
+                model,
+                inputs,
+                outputs=outputs,
+                priority=priority,
+                request_id=request_id,
+                parameters=params,
+            )
+        )
     )
-    return run_sync(infer_flow(call))
 
 
 async def infer_async(
@@ -163,21 +199,27 @@ async def infer_async(
     model.check_open()
     params = dict(parameters or {})
     if _is_io(inputs):
-        batch = _Batch(model, inputs, priority, request_id, params)
+        batch = _Batch(
+            model,
+            inputs,
+            outputs=outputs,
+            priority=priority,
+            request_id=request_id,
+            parameters=params,
+        )
         if concurrency is None:
             concurrency = max(1, batch.pool.n_slots // batch.plan.span)
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         await _run_batch(batch, inputs, concurrency)
         return None
-    call = Call(
+    call = _single(
         model,
-        _check_inputs(inputs),
-        _wanted(outputs),
-        _deadline_ns(model),
-        priority,
-        request_id,
-        params,
+        inputs,
+        outputs=outputs,
+        priority=priority,
+        request_id=request_id,
+        parameters=params,
     )
     return await run_async(infer_flow(call))
 
