@@ -220,6 +220,8 @@ def test_output_specs_default_to_none_declared() -> None:
 
 def test_an_io_refuses_outputs_given_by_argument(plain: StagingPool) -> None:
     # No server is needed: the batch is refused before anything is sent.
-    with client.KServeModel("127.0.0.1:1", "m", pool=plain) as model:
-        with pytest.raises(ValueError, match="output_specs"):
-            client.infer_sync(model, _Minimal(), outputs=["y"])
+    with (
+        client.KServeModel("127.0.0.1:1", "m", pool=plain) as model,
+        pytest.raises(ValueError, match="output_specs"),
+    ):
+        client.infer_sync(model, _Minimal(), outputs=["y"])
