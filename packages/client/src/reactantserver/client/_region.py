@@ -20,23 +20,15 @@ import math
 import mmap
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from reactantserver.core.buffer_pool import shm_path
+
 __all__ = ["ShmRegion", "create_region"]
-
-_SHM_DIR = Path("/dev/shm")
-
-
-def _path(key: str) -> Path:
-    name = key[1:] if key.startswith("/") else key
-    if not name or "/" in name or "\0" in name or name in (".", ".."):
-        raise ValueError(f"shm key {key!r} must be a single path component, e.g. '/my_region'")
-    return _SHM_DIR / name
 
 
 class ShmRegion:
@@ -45,7 +37,7 @@ class ShmRegion:
     def __init__(self, key: str, nbytes: int, *, mode: int = 0o600, create: bool = True) -> None:
         if nbytes < 1:
             raise ValueError(f"a region needs at least one byte, got {nbytes}")
-        self._path = _path(key)
+        self._path = shm_path(key)
         self._key = "/" + self._path.name
         self.name = self._path.name
         """The name servers know it by (``register_region`` may set another)."""

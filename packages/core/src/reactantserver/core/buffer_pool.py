@@ -33,7 +33,7 @@ import numpy.typing as npt
 
 from reactantserver.core.errors import PoolAcquireTimeout
 
-__all__ = ["DEFAULT_ALIGN", "SHM_DIR", "BufferPool", "ScratchSpec", "Slot"]
+__all__ = ["DEFAULT_ALIGN", "SHM_DIR", "BufferPool", "ScratchSpec", "Slot", "shm_path"]
 
 _log = logging.getLogger(__name__)
 
@@ -46,12 +46,17 @@ ScratchSpec: TypeAlias = tuple[int | Sequence[int], npt.DTypeLike]
 """``(shape, dtype)`` of one scratch array."""
 
 
-def _shm_path(key: str) -> Path:
+def shm_path(key: str) -> Path:
+    """The file under ``/dev/shm`` a key (``/name`` or ``name``) names; ``ValueError`` otherwise.
+
+    For the client side, which owns the object; the server's registry applies the same rule
+    with its own status (``shm.resolve_key``).
+    """
     # Same rule as the server's registry (02 §Shared-memory registry), so a pool key is a
     # region key the server resolves to this very file.
     name = key[1:] if key.startswith("/") else key
     if not name or "/" in name or "\0" in name or name in (".", ".."):
-        raise ValueError(f"shm key {key!r} must be a single path component, e.g. '/my_pool'")
+        raise ValueError(f"shm key {key!r} must be a single path component, e.g. '/my_region'")
     return Path(SHM_DIR) / name
 
 
@@ -236,7 +241,7 @@ class BufferPool:
         self._n_slots = n_slots
         self._slot_nbytes = nbytes // n_slots
         self._shm_key = shm_key
-        self._shm_path = None if shm_key is None else _shm_path(shm_key)
+        self._shm_path = None if shm_key is None else shm_path(shm_key)
         self._mmap = self._map(nbytes, shm_mode)
         self._view = memoryview(self._mmap)
         probe = np.frombuffer(self._view, np.uint8, count=1)
