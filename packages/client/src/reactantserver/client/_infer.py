@@ -114,16 +114,27 @@ class _Batch:
         )
 
 
-def _single(
+def _prepare(
     model: KServeModel,
     inputs: object,
     *,
     outputs: Sequence[str | RequestedOutput] | None,
     priority: int,
     request_id: str,
-    parameters: Mapping[str, ParameterValue],
-) -> Call:
-    """The one request a list of inputs makes."""
+    parameters: Mapping[str, ParameterValue] | None,
+) -> Call | _Batch:
+    """What ``infer_sync``/``infer_async`` send: one request, or a batch of chunks."""
+    model.check_open()
+    params = dict(parameters or {})
+    if _is_io(inputs):
+        return _Batch(
+            model,
+            inputs,
+            outputs=outputs,
+            priority=priority,
+            request_id=request_id,
+            parameters=params,
+        )
     return Call(
         model,
         _check_inputs(inputs),
@@ -131,7 +142,7 @@ def _single(
         _deadline_ns(model),
         priority,
         request_id,
-        parameters,
+        params,
     )
 
 
@@ -150,34 +161,21 @@ def infer_sync(
     with :func:`InferOutput`). With an :class:`InferenceIO`: its items in chunks, one after
     another; results go to ``decode_chunk`` and the return value is ``None``.
     """
-    model.check_open()
-    params = dict(parameters or {})
-    if _is_io(inputs):
-        batch = _Batch(
-            model,
-            inputs,
-            outputs=outputs,
-            priority=priority,
-            request_id=request_id,
-            parameters=params,
-        )
-        for items in batch.ranges():
-            with batch.pool.acquire(batch.plan.span, batch.deadline_ns) as slot:
-                reply = run_sync(infer_flow(batch.call(items, slot)))
-                inputs.decode_chunk(items, reply)
-        return None
-    return run_sync(
-        infer_flow(
-            _single(
-                model,
-                inputs,
-                outputs=outputs,
-                priority=priority,
-                request_id=request_id,
-                parameters=params,
-            )
-        )
+    plan = _prepare(
+        model,
+        inputs,
+        outputs=outputs,
+        priority=priority,
+        request_id=request_id,
+        parameters=parameters,
     )
+    if isinstance(plan, Call):
+        return run_sync(infer_flow(plan))
+    for items in plan.ranges():
+        with plan.pool.acquire(plan.plan.span, plan.deadline_ns) as slot:
+            reply = run_sync(infer_flow(plan.call(items, slot)))
+            plan.io.decode_chunk(items, reply)
+    return None
 
 
 async def infer_async(
@@ -196,35 +194,25 @@ async def infer_async(
     pool has room for, ``max(1, slots // span)``), each on its own slot; ``encode_chunk`` and
     ``decode_chunk`` run on the loop, one at a time.
     """
-    model.check_open()
-    params = dict(parameters or {})
-    if _is_io(inputs):
-        batch = _Batch(
-            model,
-            inputs,
-            outputs=outputs,
-            priority=priority,
-            request_id=request_id,
-            parameters=params,
-        )
-        if concurrency is None:
-            concurrency = max(1, batch.pool.n_slots // batch.plan.span)
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        await _run_batch(batch, inputs, concurrency)
-        return None
-    call = _single(
+    plan = _prepare(
         model,
         inputs,
         outputs=outputs,
         priority=priority,
         request_id=request_id,
-        parameters=params,
+        parameters=parameters,
     )
-    return await run_async(infer_flow(call))
+    if isinstance(plan, Call):
+        return await run_async(infer_flow(plan))
+    if concurrency is None:
+        concurrency = max(1, plan.pool.n_slots // plan.plan.span)
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    await _run_batch(plan, concurrency)
+    return None
 
 
-async def _run_batch(batch: _Batch, io: InferenceIO, concurrency: int) -> None:
+async def _run_batch(batch: _Batch, concurrency: int) -> None:
     pending = batch.ranges()
 
     async def lane() -> None:
@@ -232,7 +220,7 @@ async def _run_batch(batch: _Batch, io: InferenceIO, concurrency: int) -> None:
             slot = await batch.pool.acquire_async(batch.plan.span, batch.deadline_ns)
             try:
                 reply = await run_async(infer_flow(batch.call(items, slot)))
-                io.decode_chunk(items, reply)
+                batch.io.decode_chunk(items, reply)
             finally:
                 slot.release()
 
