@@ -20,8 +20,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from reactantserver.core.config import GrpcConfig, WorkerConfig, worker_config_from_mapping
 from reactantserver.core.protocol import SERVER_LIVE, SERVER_READY, grpc_service_pb2
+from reactantserver.core.serving import grpc_server_options
 from reactantserver.worker.server import WorkerServer
-from reactantserver.worker.server.app import grpc_server_options
 
 _T = TypeVar("_T")
 

@@ -19,65 +19,33 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from pathlib import Path
 from typing import Any
 
 import grpc
 from aiohttp import web
 
-from reactantserver.core.config import GrpcConfig, TlsConfig, WorkerConfig
+from reactantserver.core.config import WorkerConfig
 from reactantserver.core.protocol import INFERENCE_SERVICE, control_pb2, inference_service_handler
+from reactantserver.core.serving import (
+    HEALTH_SERVICE,
+    HealthTracker,
+    enable_reflection,
+    grpc_server_options,
+    server_credentials,
+)
 from reactantserver.worker.server.boot import boot
 from reactantserver.worker.server.control import add_control_service
-from reactantserver.worker.server.health import HealthTracker, enable_reflection
 from reactantserver.worker.server.http import http_app, start_http
 from reactantserver.worker.server.inference import InferenceService
 from reactantserver.worker.server.metrics import WorkerMetrics
 from reactantserver.worker.server.state import WorkerState
 from reactantserver.worker.server.watcher import start_lifecycle
 
-__all__ = ["WorkerServer", "grpc_server_options", "server_credentials"]
+__all__ = ["WorkerServer"]
 
 _log = logging.getLogger("reactantserver.worker")
 
-_HEALTH_SERVICE = "grpc.health.v1.Health"
 _CONTROL_SERVICE = control_pb2.DESCRIPTOR.services_by_name["WorkerControl"].full_name
-
-
-def grpc_server_options(config: GrpcConfig) -> list[tuple[str, int]]:
-    """Message limits and keepalive of the gRPC server (05 §Transport)."""
-    options = [
-        ("grpc.max_receive_message_length", config.max_recv_msg_bytes),
-        ("grpc.max_send_message_length", config.max_send_msg_bytes),
-        ("grpc.keepalive_timeout_ms", round(config.keepalive_timeout_seconds * 1000)),
-        ("grpc.keepalive_permit_without_calls", 1),
-        (
-            "grpc.http2.min_recv_ping_interval_without_data_ms",
-            round(config.min_client_ping_interval_seconds * 1000),
-        ),
-        ("grpc.http2.max_ping_strikes", 0),
-        # A port already in use must fail the bind, not be shared silently.
-        ("grpc.so_reuseport", 0),
-    ]
-    if config.keepalive_time_seconds > 0:
-        options.append(("grpc.keepalive_time_ms", round(config.keepalive_time_seconds * 1000)))
-    if config.max_connection_age_seconds > 0:
-        options.append(
-            ("grpc.max_connection_age_ms", round(config.max_connection_age_seconds * 1000))
-        )
-    return options
-
-
-def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials | None:
-    """TLS credentials when a certificate is configured; mTLS with ``client_ca_file``."""
-    if not tls.cert_file:
-        return None
-    key = Path(tls.key_file).read_bytes()
-    cert = Path(tls.cert_file).read_bytes()
-    ca = Path(tls.client_ca_file).read_bytes() if tls.client_ca_file else None
-    return grpc.ssl_server_credentials(
-        [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
-    )
 
 
 def _address(host: str, port: int) -> str:
@@ -91,7 +59,7 @@ class WorkerServer:
         self.config = config
         self.state = WorkerState(config, version=version)
         self.metrics = WorkerMetrics(self.state)
-        self.health = HealthTracker(self.state)
+        self.health = HealthTracker(self.state.ready)
         self.grpc_port = 0
         self.http_port = 0
         self._server: grpc.aio.Server | None = None
@@ -106,7 +74,7 @@ class WorkerServer:
         service = InferenceService(self.state)
         server.add_generic_rpc_handlers([inference_service_handler(service.handlers())])
         self.health.add_to(server)
-        services = [INFERENCE_SERVICE, _HEALTH_SERVICE]
+        services = [INFERENCE_SERVICE, HEALTH_SERVICE]
         if config.endpoints.control_service:
             add_control_service(server, self.state)
             services.append(_CONTROL_SERVICE)

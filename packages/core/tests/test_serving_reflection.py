@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from google.protobuf import descriptor_pool
 
-from reactantserver.worker.server.health import public_descriptor_pool
+from reactantserver.core.serving import public_descriptor_pool
 
 
 def test_inference_service_is_public_with_public_message_types() -> None:
