@@ -42,8 +42,10 @@ __all__ = [
     "REPOSITORY_INDEX",
     "REPOSITORY_MODEL_LOAD",
     "REPOSITORY_MODEL_UNLOAD",
+    "SERVER_EXTENSIONS",
     "SERVER_LIVE",
     "SERVER_METADATA",
+    "SERVER_NAME",
     "SERVER_READY",
     "SYSTEM_SHARED_MEMORY_REGISTER",
     "SYSTEM_SHARED_MEMORY_STATUS",
@@ -56,6 +58,17 @@ __all__ = [
     "inference_service_handler",
     "model_config_pb2",
 ]
+
+#: ``ServerMetadata.name`` of workers and gateways alike.
+SERVER_NAME = "ReactantServer"
+#: Protocol extensions listed in ``ServerMetadata`` (a gateway serves the same set).
+SERVER_EXTENSIONS = (
+    "system_shared_memory",
+    "model_repository",
+    "model_configuration",
+    "statistics",
+    "parameters",
+)
 
 #: Public (Triton) name of the inference service; clients address it by this name.
 INFERENCE_SERVICE = "inference.GRPCInferenceService"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
 import logging
 import os
 import signal
@@ -21,16 +20,14 @@ import uvloop
 
 from reactantserver.core.config import WorkerConfig, load_worker_config
 from reactantserver.core.errors import ConfigError
+from reactantserver.core.logs import configure_logging, die_with_parent
 from reactantserver.worker import __version__
 from reactantserver.worker.runtime.xla_env import apply_xla_environment
 from reactantserver.worker.server.app import WorkerServer
-from reactantserver.worker.server.logs import configure_logging
 
 __all__ = ["main"]
 
 _PROG = "reactantserver-worker"
-_SUPERVISOR_PID = "REACTANT_SUPERVISOR_PID"
-_PR_SET_PDEATHSIG = 1
 
 _log = logging.getLogger("reactantserver.worker")
 
@@ -53,18 +50,6 @@ def _config(args: argparse.Namespace) -> WorkerConfig:
         if not Path(directory).is_dir():
             raise ConfigError(f"model_dirs: {directory} is not a directory")
     return config
-
-
-def _die_with_parent() -> None:
-    """Death-of-parent (03 step 3): SIGTERM when the supervisor goes away."""
-    parent = os.environ.get(_SUPERVISOR_PID)
-    if not parent or not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if str(os.getppid()) != parent.strip():
-        _log.error("supervisor %s is gone; exiting", parent)
-        raise SystemExit(1)
 
 
 async def _serve(config: WorkerConfig) -> int:
@@ -114,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for note in apply_xla_environment(config.runtime, os.environ, autotune_cache_dir=autotune_dir):
         _log.info("xla environment %s", note)
-    _die_with_parent()
+    die_with_parent()
     return uvloop.run(_serve(config))
 
 

@@ -28,6 +28,7 @@ from reactantserver.core.errors import (
     ShuttingDownError,
     status_of,
 )
+from reactantserver.core.protocol import SERVER_EXTENSIONS, SERVER_NAME
 from reactantserver.core.protocol import grpc_service_pb2 as pb
 from reactantserver.worker.dataplane import RequestStats
 from reactantserver.worker.registry import NOT_RESIDENT_REASON, ModelEntry, ModelState
@@ -35,16 +36,7 @@ from reactantserver.worker.server import groups, model_info
 from reactantserver.worker.server.lifecycle import one_line
 from reactantserver.worker.server.state import Runtime, WorkerState
 
-__all__ = ["EXTENSIONS", "SERVER_NAME", "InferenceService"]
-
-SERVER_NAME = "ReactantServer"
-EXTENSIONS = (
-    "system_shared_memory",
-    "model_repository",
-    "model_configuration",
-    "statistics",
-    "parameters",
-)
+__all__ = ["InferenceService"]
 
 _log = logging.getLogger("reactantserver.worker.grpc")
 
@@ -138,7 +130,7 @@ class InferenceService:
     ) -> pb.ServerMetadataResponse:
         """Name, version and the protocol extensions served."""
         return pb.ServerMetadataResponse(
-            name=SERVER_NAME, version=self.state.version, extensions=list(EXTENSIONS)
+            name=SERVER_NAME, version=self.state.version, extensions=list(SERVER_EXTENSIONS)
         )
 
     def _platform(self) -> str:

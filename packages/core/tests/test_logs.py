@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from reactantserver.core.config import LogFormat, LoggingConfig, LogLevel
-from reactantserver.worker.server.logs import JsonFormatter, TextFormatter, configure_logging
+from reactantserver.core.logs import JsonFormatter, TextFormatter, configure_logging
 
 
 def _record(message: str = "model loaded model=%s", *args: object) -> logging.LogRecord:
