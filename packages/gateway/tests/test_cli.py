@@ -1,4 +1,4 @@
-"""``reactantserver-gateway`` is installed and says plainly that it is not there yet."""
+"""``reactantserver-gateway``: installed, configuration errors exit 2, ``ctl`` dispatches."""
 
 from __future__ import annotations
 
@@ -9,20 +9,44 @@ from pathlib import Path
 
 import pytest
 
-from reactantserver.gateway import _cli
+from reactantserver.gateway import __version__, _cli
 
 
-def test_entry_point_refuses_with_a_clear_message(capsys: pytest.CaptureFixture[str]) -> None:
-    assert _cli.main([]) != 0
-    assert "not yet implemented" in capsys.readouterr().err
-
-
-def test_console_script_is_installed_and_exits_non_zero() -> None:
+def _script() -> str:
     # The script sits next to the interpreter of the environment the tests run in.
-    script = shutil.which("reactantserver-gateway") or str(
+    return shutil.which("reactantserver-gateway") or str(
         Path(sys.executable).with_name("reactantserver-gateway")
     )
-    done = subprocess.run([script], capture_output=True, text=True, check=False)
-    assert done.returncode != 0
-    assert "not yet implemented" in done.stderr
-    assert "#11" in done.stderr
+
+
+def test_missing_endpoints_is_a_configuration_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in ("REACTANT_GATEWAY_FILE", "REACTANT_GATEWAY_WORKERS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr("reactantserver.gateway.config.DEFAULT_GATEWAY_FILE", tmp_path / "none")
+    assert _cli.main([]) == 2
+    err = capsys.readouterr().err
+    assert "configuration error" in err
+    assert "endpoints" in err
+
+
+def test_unknown_key_in_the_file_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "gateway.yml"
+    config.write_text("endpoints: ['127.0.0.1:1']\nno_such_key: 1\n")
+    assert _cli.main(["--config", str(config)]) == 2
+    assert "no_such_key" in capsys.readouterr().err
+
+
+def test_console_script_is_installed_and_reports_its_version() -> None:
+    done = subprocess.run([_script(), "--version"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0
+    assert __version__ in done.stdout
+
+
+def test_ctl_is_dispatched_to_the_operator_cli() -> None:
+    done = subprocess.run([_script(), "ctl", "--help"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0
+    assert "set-replicas" in done.stdout

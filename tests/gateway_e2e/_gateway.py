@@ -1,0 +1,182 @@
+"""The gateway end-to-end harness: a real ``reactantserver-gateway`` in front of real workers.
+
+The gateway runs as ``python -m reactantserver.gateway --config FILE`` with a ``gateway.yml``
+written by the test (its own free ports, the workers' gRPC and HTTP addresses); clients talk to
+it with ``tritonclient.grpc`` exactly as they would to a worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import tritonclient.grpc as grpcclient
+import yaml
+from tritonclient.utils import InferenceServerException
+
+from tests.worker_e2e._bundles import ROOT
+from tests.worker_e2e._harness import (
+    STARTUP_TIMEOUT_S,
+    STOP_TIMEOUT_S,
+    WorkerProcess,
+    free_port,
+    sum_samples,
+)
+
+__all__ = ["GATEWAYS", "GatewayProcess", "running_gateway", "sum_samples", "worker_env"]
+
+
+def worker_env(cache_dir: Path, **extra: str) -> dict[str, str]:
+    """Environment of a worker behind the gateway (``extra`` names ``INFERENCE_SERVER_*``)."""
+    env = {
+        "INFERENCE_SERVER_CACHE_DIR": str(cache_dir),
+        "INFERENCE_SERVER_MODEL_CONTROL_MODE": "static",
+        "INFERENCE_SERVER_ENDPOINTS_HOST": "127.0.0.1",
+    }
+    env.update({f"INFERENCE_SERVER_{k}": v for k, v in extra.items()})
+    return env
+
+
+class GatewayProcess:
+    """One ``reactantserver-gateway`` subprocess over ``workers``, with a captured log."""
+
+    def __init__(
+        self,
+        workers: Sequence[WorkerProcess],
+        directory: Path,
+        *,
+        settings: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        name: str = "gateway",
+    ) -> None:
+        self.workers = list(workers)
+        self.grpc_port = free_port()
+        self.http_port = free_port()
+        while self.http_port == self.grpc_port:
+            self.http_port = free_port()
+        self.log = directory / f"{name}.log"
+        self.config_file = directory / f"{name}.yml"
+        config: dict[str, Any] = {
+            "listen": {
+                "grpc": f"127.0.0.1:{self.grpc_port}",
+                "metrics": f"127.0.0.1:{self.http_port}",
+            },
+            "endpoints": [worker.url for worker in self.workers],
+            "metrics_endpoints": [f"127.0.0.1:{worker.http_port}" for worker in self.workers],
+            "worker_names": [f"w{i}" for i in range(len(self.workers))],
+            "health": {"interval_seconds": 0.5},
+        }
+        for key, value in (settings or {}).items():
+            config[key] = value
+        self.config_file.write_text(yaml.safe_dump(config))
+        self.env = dict(env or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """``host:port`` of the gateway's gRPC listener."""
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def start(self) -> None:
+        """Spawn the process (returns at once; see :meth:`wait_ready`)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REACTANT_GATEWAY_")}
+        env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.env)
+        command = [
+            sys.executable,
+            "-m",
+            "reactantserver.gateway",
+            "--config",
+            str(self.config_file),
+        ]
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        GATEWAYS.append(self)
+
+    def wait_ready(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+        """Poll ``ServerReady`` through the gateway until true (fails with the log)."""
+        assert self.proc is not None
+        stop_at = time.monotonic() + timeout_s
+        with grpcclient.InferenceServerClient(self.url) as client:
+            while True:
+                code = self.proc.poll()
+                if code is not None:
+                    raise AssertionError(f"gateway exited with {code}:\n{self.log_tail()}")
+                with contextlib.suppress(InferenceServerException):
+                    if client.is_server_ready(client_timeout=2.0):
+                        return
+                if time.monotonic() > stop_at:
+                    raise AssertionError(
+                        f"gateway not ready after {timeout_s} s:\n{self.log_tail()}"
+                    )
+                time.sleep(0.1)
+
+    def stop(self) -> int | None:
+        """SIGTERM, wait, then SIGKILL; the exit status (``None`` if never started)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(STOP_TIMEOUT_S)
+        return self.proc.returncode
+
+    def log_tail(self, nchars: int = 12000) -> str:
+        """The end of the gateway's stdout + stderr."""
+        if not self.log.exists():
+            return "(no log)"
+        return self.log.read_text(errors="replace")[-nchars:]
+
+    def http_get(self, path: str) -> tuple[int, str]:
+        """``(status, body)`` of ``GET path`` on the gateway's HTTP port."""
+        url = f"http://127.0.0.1:{self.http_port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            with error:
+                return error.code, error.read().decode()
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Σ of the samples called ``name`` whose labels include ``labels`` (0 when none)."""
+        status, text = self.http_get("/metrics")
+        assert status == 200
+        return sum_samples(text, name, **labels)
+
+
+GATEWAYS: list[GatewayProcess] = []
+"""Every gateway started by this test session (their logs are attached to failures)."""
+
+
+@contextlib.contextmanager
+def running_gateway(
+    workers: Sequence[WorkerProcess],
+    directory: Path,
+    *,
+    settings: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    name: str = "gateway",
+) -> Iterator[GatewayProcess]:
+    """A ready gateway over ``workers``; on exit it is stopped and must have exited with 0."""
+    gateway = GatewayProcess(workers, directory, settings=settings, env=env, name=name)
+    gateway.start()
+    try:
+        gateway.wait_ready()
+        yield gateway
+    finally:
+        code = gateway.stop()
+    assert code == 0, f"the gateway exited with {code}:\n{gateway.log_tail()}"
