@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import grpc
 
+from reactantserver.core.errors import ReactantError, status_of
 from reactantserver.core.protocol import control_pb2, control_pb2_grpc
 from reactantserver.gateway._discovery import Discovery
 from reactantserver.gateway._merge import merge_compact
@@ -53,7 +54,7 @@ class SchedulingControl(Protocol):
     ) -> control_pb2.SetModelPlacementResponse:
         """``SetModelPlacement``."""
 
-    async def repack(self, request: control_pb2.RepackRequest) -> control_pb2.RepackResponse:
+    async def repack_rpc(self, request: control_pb2.RepackRequest) -> control_pb2.RepackResponse:
         """``Repack``."""
 
 
@@ -83,6 +84,9 @@ class _GatewayControl(control_pb2_grpc.GatewayControlServicer):
         except ForwardError as error:
             await _abort(context, error)
             raise  # pragma: no cover - abort raises
+        except ReactantError as error:
+            await context.abort(status_of(error), str(error))
+            raise  # pragma: no cover
         except Exception as error:
             _log.exception("GatewayControl failed")
             await context.abort(grpc.StatusCode.INTERNAL, f"unexpected error: {error}")
@@ -119,7 +123,7 @@ class _GatewayControl(control_pb2_grpc.GatewayControlServicer):
         self, request: control_pb2.RepackRequest, context: _Context
     ) -> control_pb2.RepackResponse:
         result: control_pb2.RepackResponse = await self._call(
-            context, lambda: self._require("Repack").repack(request)
+            context, lambda: self._require("Repack").repack_rpc(request)
         )
         return result
 

@@ -87,6 +87,8 @@ class GatewayServer:
             on_wedged=self.wedged.set,
             on_round=self._after_round,
         )
+        if hasattr(self.policy, "wake"):
+            self.policy.wake = self.discovery.wake  # operator repacks wake the prober
         self.proxy = Proxy(
             {link.url: link for link in self.links},
             self.discovery,
