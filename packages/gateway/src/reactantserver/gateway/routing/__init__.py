@@ -2,4 +2,11 @@
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from reactantserver.gateway.routing.model_aware import (
+    ModelAwareKnobs,
+    ModelAwareRouter,
+    ModelResidency,
+    Route,
+)
+
+__all__ = ["ModelAwareKnobs", "ModelAwareRouter", "ModelResidency", "Route"]
