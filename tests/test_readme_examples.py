@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-READMES = [ROOT / "packages" / "worker" / "README.md", ROOT / "packages" / "client" / "README.md"]
+READMES = [ROOT / "packages" / p / "README.md" for p in ("worker", "client", "gateway")]
 
 
 def _python_blocks(readme: Path) -> list[str]:
