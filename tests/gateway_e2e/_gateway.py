@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import grpc
 import tritonclient.grpc as grpcclient
 import yaml
 from tritonclient.utils import InferenceServerException
@@ -32,7 +33,14 @@ from tests.worker_e2e._harness import (
     sum_samples,
 )
 
-__all__ = ["GATEWAYS", "GatewayProcess", "running_gateway", "sum_samples", "worker_env"]
+__all__ = [
+    "GATEWAYS",
+    "GatewayProcess",
+    "raw_unary",
+    "running_gateway",
+    "sum_samples",
+    "worker_env",
+]
 
 
 def worker_env(cache_dir: Path, **extra: str) -> dict[str, str]:
@@ -180,3 +188,14 @@ def running_gateway(
     finally:
         code = gateway.stop()
     assert code == 0, f"the gateway exited with {code}:\n{gateway.log_tail()}"
+
+
+def raw_unary(url: str, path: str, body: bytes, timeout: float = 30.0) -> bytes:
+    """One unary call at ``path`` with ``body`` as is; the answer's bytes (``grpc.RpcError``)."""
+    channel = grpc.insecure_channel(url)
+    try:
+        call = channel.unary_unary(path, request_serializer=None, response_deserializer=None)
+        answer: bytes = call(body, timeout=timeout)
+        return answer
+    finally:
+        channel.close()

@@ -63,7 +63,8 @@ def workers(repo: Path, cache_dir: Path, logs: Path) -> Iterator[list[WorkerProc
     started: list[WorkerProcess] = []
     try:
         for i in range(2):
-            worker = WorkerProcess(repo, logs / f"worker{i}.log", worker_env(cache_dir))
+            env = {**worker_env(cache_dir), "REACTANT_WORKER_NAME": f"w{i}"}
+            worker = WorkerProcess(repo, logs / f"worker{i}.log", env)
             worker.start()
             worker.wait_ready()
             started.append(worker)
