@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -27,9 +26,9 @@ from tritonclient.utils import InferenceServerException
 from tests.worker_e2e._bundles import ROOT
 from tests.worker_e2e._harness import (
     STARTUP_TIMEOUT_S,
-    STOP_TIMEOUT_S,
     WorkerProcess,
     free_port,
+    stop_process,
     sum_samples,
 )
 
@@ -132,16 +131,7 @@ class GatewayProcess:
 
     def stop(self) -> int | None:
         """SIGTERM, wait, then SIGKILL; the exit status (``None`` if never started)."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(STOP_TIMEOUT_S)
-        return self.proc.returncode
+        return stop_process(self.proc)
 
     def log_tail(self, nchars: int = 12000) -> str:
         """The end of the gateway's stdout + stderr."""

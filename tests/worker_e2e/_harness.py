@@ -47,6 +47,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def stop_process(proc: subprocess.Popen[bytes] | None) -> int | None:
+    """SIGTERM, wait, then SIGKILL; the exit status (``None`` if never started)."""
+    if proc is None:
+        return None
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(STOP_TIMEOUT_S)
+    return proc.returncode
+
+
 class WorkerProcess:
     """One ``reactantserver-worker`` subprocess with its own ports and a captured log."""
 
@@ -115,16 +129,7 @@ class WorkerProcess:
 
     def stop(self) -> int | None:
         """SIGTERM, wait, then SIGKILL; returns the exit status (``None`` if never started)."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(STOP_TIMEOUT_S)
-        return self.proc.returncode
+        return stop_process(self.proc)
 
     def log_tail(self, nchars: int = 12000) -> str:
         """The end of the worker's stdout + stderr."""

@@ -18,21 +18,17 @@ import grpc
 
 from reactantserver.core.errors import ReactantError, status_of
 from reactantserver.core.protocol import control_pb2, control_pb2_grpc
-from reactantserver.gateway._discovery import Discovery
 from reactantserver.gateway._merge import merge_compact
 from reactantserver.gateway._policy import Policy
 from reactantserver.gateway._proxy import ForwardError
 from reactantserver.gateway._service import fan_out
-from reactantserver.gateway._workers import WorkerLink
+from reactantserver.gateway._workers import COMPACT_MEMORY, WorkerLink, compact_deadline
 from reactantserver.gateway.config import GatewayConfig
 
-__all__ = ["COMPACT_MEMORY", "SchedulingControl", "add_control_services"]
+__all__ = ["SchedulingControl", "add_control_services"]
 
 _log = logging.getLogger("reactantserver.gateway")
 
-COMPACT_MEMORY = "/reactantserver.control.v1.WorkerControl/CompactMemory"
-#: Fan-out deadline floor of CompactMemory (a reload of many models takes a while).
-_COMPACT_DEADLINE_FLOOR_S = 300.0
 
 _Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
@@ -167,11 +163,9 @@ def add_control_services(
     server: grpc.aio.Server,
     policy: Policy,
     links: Sequence[WorkerLink],
-    discovery: Discovery,
     config: GatewayConfig,
 ) -> None:
     """Register ``GatewayControl`` and the ``CompactMemory`` fan-out on ``server``."""
-    del discovery
     control_pb2_grpc.add_GatewayControlServicer_to_server(_GatewayControl(policy), server)
-    timeout = max(config.worker_client.request_timeout_seconds, _COMPACT_DEADLINE_FLOOR_S)
+    timeout = compact_deadline(config.worker_client.request_timeout_seconds)
     control_pb2_grpc.add_WorkerControlServicer_to_server(_CompactFanOut(links, timeout), server)

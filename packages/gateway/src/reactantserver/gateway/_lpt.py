@@ -23,7 +23,7 @@ from reactantserver.core.protocol import control_pb2
 from reactantserver.gateway import _lpt_control
 from reactantserver.gateway._metrics import GatewayMetrics
 from reactantserver.gateway._policy import Choice
-from reactantserver.gateway._workers import WorkerLink
+from reactantserver.gateway._workers import COMPACT_MEMORY, WorkerLink, compact_deadline
 from reactantserver.gateway.placement.fill import FillPlan, ReplicaRouter, resolve_fill_plan
 from reactantserver.gateway.placement.knobs import SchedulingKnobs
 from reactantserver.gateway.placement.lpt import (
@@ -42,12 +42,9 @@ from reactantserver.gateway.placement.meta import (
 )
 from reactantserver.gateway.placement.overrides import ModelOverride
 
-__all__ = ["COMPACT_MEMORY", "LptPolicy", "RepackRecord"]
+__all__ = ["LptPolicy", "RepackRecord"]
 
 _log = logging.getLogger("reactantserver.gateway")
-
-COMPACT_MEMORY = "/reactantserver.control.v1.WorkerControl/CompactMemory"
-_COMPACT_DEADLINE_FLOOR_S = 300.0
 
 
 @attrs.define
@@ -365,7 +362,7 @@ class LptPolicy:
     async def _compact_one(
         self, link: WorkerLink, request: control_pb2.CompactMemoryRequest
     ) -> None:
-        timeout = max(self.request_timeout_seconds, _COMPACT_DEADLINE_FLOOR_S)
+        timeout = compact_deadline(self.request_timeout_seconds)
         try:
             await link.call(COMPACT_MEMORY, request.SerializeToString(), timeout=timeout)
         except Exception as error:  # isolated per worker

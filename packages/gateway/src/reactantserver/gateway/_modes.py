@@ -95,10 +95,9 @@ def make_policy(
 
 
 async def wait_for_preconditions(
-    config: GatewayConfig, links: Sequence[WorkerLink], policy: Policy, wedged: asyncio.Event
+    config: GatewayConfig, links: Sequence[WorkerLink], policy: Policy
 ) -> None:
     """Block until the mode's preconditions hold; :class:`StartupError` when they cannot."""
-    del wedged
     if isinstance(policy, LptPolicy):
         await _lpt_preconditions(config, links, policy)
     elif isinstance(policy, ModelAwarePolicy):

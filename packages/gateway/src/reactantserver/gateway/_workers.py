@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,16 +31,22 @@ import grpc.aio
 from google.protobuf.message import Message
 
 __all__ = [
+    "COMPACT_MEMORY",
     "ChannelSettings",
     "RegisterGate",
     "WorkerLink",
     "call_message",
-    "ordered",
+    "compact_deadline",
 ]
 
 _log = logging.getLogger("reactantserver.gateway")
 
 _M = TypeVar("_M", bound=Message)
+
+#: ``WorkerControl.CompactMemory``, which the gateway fans out and lpt compaction sends.
+COMPACT_MEMORY = "/reactantserver.control.v1.WorkerControl/CompactMemory"
+#: Deadline floor of a CompactMemory call (reloading many models takes a while).
+_COMPACT_DEADLINE_FLOOR_S = 300.0
 
 #: Ping idle workers every 30 s (20 s to answer) so a dead peer is noticed between probes.
 _KEEPALIVE = (
@@ -198,7 +204,6 @@ async def call_message(
     return parse(await link.call(path, request.SerializeToString(), timeout=timeout))
 
 
-def ordered(links: Sequence[WorkerLink], urls: Sequence[str]) -> list[WorkerLink]:
-    """The links of ``urls``, in that order (unknown URLs are skipped)."""
-    by_url = {link.url: link for link in links}
-    return [by_url[url] for url in urls if url in by_url]
+def compact_deadline(request_timeout_seconds: float) -> float:
+    """Deadline of a CompactMemory call: ``max(request_timeout_seconds, 300 s)`` (08)."""
+    return max(request_timeout_seconds, _COMPACT_DEADLINE_FLOOR_S)

@@ -122,14 +122,14 @@ class GatewayServer:
         """Preconditions, one discovery round, then both listeners and the prober."""
         config = self.config
         self.metrics.max_concurrent_requests.set(config.inbound_cap)
-        await wait_for_preconditions(config, self.links, self.policy, self.wedged)
+        await wait_for_preconditions(config, self.links, self.policy)
         await self.discovery.probe_round()
         server = grpc.aio.server(options=grpc_server_options(config.grpc))
         server.add_generic_rpc_handlers([self.service.handler()])
         self.health.add_to(server)
         services = [INFERENCE_SERVICE, HEALTH_SERVICE]
         if config.control_service:
-            add_control_services(server, self.policy, self.links, self.discovery, config)
+            add_control_services(server, self.policy, self.links, config)
             services.extend(_CONTROL_SERVICES)
         enable_reflection(server, services)
         credentials = server_credentials(config.tls)
