@@ -1,18 +1,108 @@
-"""Command-line entry point of ``reactantserver-node``."""
+"""Command-line entry point of ``reactantserver-node`` (09 §Command line).
+
+``reactantserver-node`` supervises the node; ``healthcheck`` exits 0 iff it is ready;
+``materialize`` prints what the supervisor would run. Exit status: 0 after a graceful shutdown
+(or a healthy check), 1 when start-up fails, the configuration is wrong, a crash budget is
+exhausted or the check fails; 2 for a bad command line.
+"""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import os
 import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+import yaml
+
+from reactantserver.core.config import DEFAULT_NODE_FILE, NODE_FILE_VARIABLE, load_node_config
+from reactantserver.core.errors import ConfigError
+from reactantserver.node import __version__
+from reactantserver.node._health import healthcheck, readiness_urls
+from reactantserver.node._logmux import LogMux
+from reactantserver.node._overrides import apply_overrides
+from reactantserver.node._plan import NodePlan, materialized_documents, plan_node
+from reactantserver.node._supervisor import Supervisor
+
+__all__ = ["main"]
+
+_PROG: Final = "reactantserver-node"
+_COMMANDS: Final = ("run", "healthcheck", "materialize")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=_PROG,
+        description="Run a ReactantServer node: one worker per device plus an embedded gateway.",
+    )
+    parser.add_argument(
+        "command",
+        nargs="?",
+        default="run",
+        choices=_COMMANDS,
+        help="run (default): supervise the node; healthcheck: exit 0 iff ready; "
+        "materialize: print the resolved node file and children",
+    )
+    parser.add_argument(
+        "--node-file",
+        type=Path,
+        help=f"node file (default ${NODE_FILE_VARIABLE}, else {DEFAULT_NODE_FILE})",
+    )
+    parser.add_argument("--role", help="all | workers | gateway (overrides REACTANT_ROLE)")
+    parser.add_argument("--gpus", help="device count or comma list (overrides REACTANT_GPUS)")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    return parser
+
+
+def _node_file(flag: Path | None, env: Mapping[str, str]) -> Path:
+    if flag is not None:
+        return flag
+    return Path(env.get(NODE_FILE_VARIABLE, "").strip() or DEFAULT_NODE_FILE)
+
+
+def _plan(args: argparse.Namespace, env: Mapping[str, str], *, write: bool) -> NodePlan:
+    node = load_node_config(_node_file(args.node_file, env), env)
+    node = apply_overrides(node, env, role=args.role, gpus=args.gpus)
+    return plan_node(node, env, write=write)
+
+
+def _supervise(plan: NodePlan) -> int:
+    mux = LogMux(sys.stdout.buffer)
+    supervisor = Supervisor(
+        plan.children, plan.node.supervisor, mux, role=plan.node.role.value, notes=plan.notes
+    )
+    if plan.public_grpc is not None:
+        mux.supervisor(f"public gRPC {plan.public_grpc}, HTTP {plan.public_metrics}")
+    return asyncio.run(supervisor.run())
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``reactantserver-node``; returns the process exit status."""
-    del argv
-    print(
-        "reactantserver-node: not yet implemented (tracked in issue #12).",
-        file=sys.stderr,
-    )
-    return 2
+    args = _parser().parse_args(argv)
+    env = dict(os.environ)
+    try:
+        plan = _plan(args, env, write=args.command == "run")
+    except ConfigError as error:
+        print(f"{_PROG}: configuration error: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"{_PROG}: start-up failed: {error}", file=sys.stderr)
+        return 1
+    if args.command == "materialize":
+        yaml.safe_dump(materialized_documents(plan), sys.stdout, sort_keys=False)
+        return 0
+    if args.command == "healthcheck":
+        try:
+            failures = healthcheck(readiness_urls(plan, plan.node.role))
+        except ValueError as error:
+            failures = [str(error)]
+        for failure in failures:
+            print(f"{_PROG}: not healthy: {failure}", file=sys.stderr)
+        return 1 if failures else 0
+    return _supervise(plan)
 
 
 if __name__ == "__main__":

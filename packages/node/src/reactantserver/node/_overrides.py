@@ -1,0 +1,104 @@
+"""Command-line flags and environment over the node file (09: flag > environment > file).
+
+Each override is checked with the rule the node file uses for its key, and a bad value raises
+:class:`ConfigError` naming the flag or variable (``REACTANT_ROLE: must be one of ...``). An
+empty variable counts as unset, except ``REACTANT_GPUS``, where it is an error (09).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+import attrs
+
+from reactantserver.core._config_node import check_address
+from reactantserver.core.config import NodeConfig, Role
+from reactantserver.core.errors import ConfigError
+from reactantserver.node._devices import GPUS_VARIABLE, parse_gpu_spec
+
+__all__ = [
+    "CPU_WORKERS_VARIABLE",
+    "GPUS_FLAG",
+    "GPUS_VARIABLE",
+    "LISTEN_GRPC_VARIABLE",
+    "LISTEN_METRICS_VARIABLE",
+    "MAX_RESTARTS_VARIABLE",
+    "ROLE_FLAG",
+    "ROLE_VARIABLE",
+    "apply_overrides",
+]
+
+ROLE_VARIABLE: Final = "REACTANT_ROLE"
+CPU_WORKERS_VARIABLE: Final = "REACTANT_CPU_WORKERS"
+MAX_RESTARTS_VARIABLE: Final = "REACTANT_SUPERVISOR_MAX_RESTARTS"
+LISTEN_GRPC_VARIABLE: Final = "REACTANT_GATEWAY_LISTEN_GRPC"
+LISTEN_METRICS_VARIABLE: Final = "REACTANT_GATEWAY_LISTEN_METRICS"
+ROLE_FLAG: Final = "--role"
+GPUS_FLAG: Final = "--gpus"
+
+
+def _role(value: str, name: str) -> Role:
+    try:
+        return Role(value.strip())
+    except ValueError:
+        raise ConfigError(f"{name}: must be one of {Role.spellings()}, got {value!r}") from None
+
+
+def _int_at_least(value: str, name: str, lowest: int) -> int:
+    try:
+        number = int(value.strip(), 10)
+    except ValueError:
+        number = lowest - 1
+    if number < lowest:
+        raise ConfigError(f"{name}: must be an integer >= {lowest}, got {value!r}")
+    return number
+
+
+def _address(value: str, name: str) -> str:
+    address = value.strip()
+    problem = check_address(address)
+    if problem is not None:
+        raise ConfigError(f"{name}: {problem}, got {value!r}")
+    return address
+
+
+def _set(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name, "")
+    return value if value.strip() else None
+
+
+def apply_overrides(
+    node: NodeConfig,
+    env: Mapping[str, str],
+    *,
+    role: str | None = None,
+    gpus: str | None = None,
+) -> NodeConfig:
+    """``node`` with ``--role``/``--gpus`` and the ``REACTANT_*`` supervisor variables applied.
+
+    Flags win over variables, variables over the file. Covers ``role``, ``gpus``,
+    ``cpu_workers``, ``supervisor.max_restarts`` and ``listen.grpc``/``listen.metrics``.
+    """
+    changes: dict[str, object] = {}
+    if role is not None:
+        changes["role"] = _role(role, ROLE_FLAG)
+    elif (value := _set(env, ROLE_VARIABLE)) is not None:
+        changes["role"] = _role(value, ROLE_VARIABLE)
+    if gpus is not None:
+        changes["gpus"] = parse_gpu_spec(gpus, variable=GPUS_FLAG)
+    elif GPUS_VARIABLE in env:
+        changes["gpus"] = parse_gpu_spec(env[GPUS_VARIABLE], variable=GPUS_VARIABLE)
+    if (value := _set(env, CPU_WORKERS_VARIABLE)) is not None:
+        changes["cpu_workers"] = _int_at_least(value, CPU_WORKERS_VARIABLE, 1)
+    if (value := _set(env, MAX_RESTARTS_VARIABLE)) is not None:
+        restarts = _int_at_least(value, MAX_RESTARTS_VARIABLE, 0)
+        changes["supervisor"] = attrs.evolve(node.supervisor, max_restarts=restarts)
+    listen = node.listen
+    if (value := _set(env, LISTEN_GRPC_VARIABLE)) is not None:
+        listen = attrs.evolve(listen, grpc=_address(value, LISTEN_GRPC_VARIABLE))
+    if (value := _set(env, LISTEN_METRICS_VARIABLE)) is not None:
+        listen = attrs.evolve(listen, metrics=_address(value, LISTEN_METRICS_VARIABLE))
+    if listen != node.listen:
+        changes["listen"] = listen
+    return attrs.evolve(node, **changes) if changes else node  # type: ignore[arg-type]
