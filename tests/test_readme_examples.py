@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-READMES = [ROOT / "packages" / p / "README.md" for p in ("worker", "client", "gateway")]
+READMES = [ROOT / "packages" / p / "README.md" for p in ("worker", "client", "gateway", "node")]
 
 
 def _python_blocks(readme: Path) -> list[str]:

@@ -1,29 +1,103 @@
 """``make serve``: export the demo bundles, then run the node on them (CPU, :8001/:8002).
 
 Each ``examples/<name>/export.py`` is run as ``python -m examples.<name>.export --out DIR``
-(weights from a fixed seed, no downloads); then ``reactantserver-node`` supervises a CPU
-worker over DIR. Any step that fails stops here with its exit status and a clear message.
+(weights from a fixed seed, no downloads); then ``reactantserver-node`` supervises one CPU
+worker over DIR. Once the node answers its healthcheck, this prints where to connect and a
+tritonclient snippet to paste. Ctrl-C (SIGINT) or SIGTERM stops the node and everything under
+it; the exit status is the node's. The public addresses follow the node's own overrides,
+``REACTANT_GATEWAY_LISTEN_GRPC`` and ``REACTANT_GATEWAY_LISTEN_METRICS``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import FrameType
 
 ROOT = Path(__file__).resolve().parent.parent
 
 NODE_FILE = """\
-# Written by `make serve`: one CPU worker behind the public ports.
+# Written by `make serve`: one CPU worker on the public ports, the shipped examples.
 model_repo: {models}
-workers:
-  - name: cpu0
+cpu_workers: 1
+"""
+
+SNIPPET = """\
+import numpy as np
+import tritonclient.grpc as grpcclient
+
+client = grpcclient.InferenceServerClient("{address}")
+x = np.random.default_rng(0).random((2, 16), dtype=np.float32)
+inputs = [grpcclient.InferInput("x", list(x.shape), "FP32")]
+inputs[0].set_data_from_numpy(x)
+print(client.infer("mlp", inputs).as_numpy("logits"))
 """
 
 
+def _say(message: str) -> None:
+    print(f"make serve: {message}", flush=True)
+
+
+def _export(python: str, models: Path) -> int:
+    for name in sorted(p.parent.name for p in (ROOT / "examples").glob("*/export.py")):
+        _say(f"exporting examples/{name} into {models}")
+        done = subprocess.run(
+            [python, "-m", f"examples.{name}.export", "--out", str(models)], cwd=ROOT, check=False
+        )
+        if done.returncode != 0:
+            _say(f"exporting examples/{name} failed ({done.returncode}).")
+            return done.returncode
+    return 0
+
+
+def _client_address(listen: str) -> str:
+    host, _, port = listen.rpartition(":")
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = "localhost"
+    return f"{host}:{port}"
+
+
+def _banner(models: Path) -> None:
+    grpc = _client_address(os.environ.get("REACTANT_GATEWAY_LISTEN_GRPC", "0.0.0.0:8001"))
+    http = _client_address(os.environ.get("REACTANT_GATEWAY_LISTEN_METRICS", "0.0.0.0:8002"))
+    names = sorted(p.parent.name for p in models.glob("*/manifest.yaml"))
+    lines = [
+        "",
+        "ReactantServer is ready.",
+        f"  gRPC (KServe V2 / Triton): {grpc}",
+        f"  HTTP: http://{http}/metrics  /healthz  /readyz",
+        f"  models: {', '.join(names)}",
+        "",
+        "Paste into Python (pip install 'tritonclient[grpc]' numpy):",
+        "",
+        SNIPPET.format(address=grpc),
+        "Press Ctrl-C to stop.",
+        "",
+    ]
+    print("\n".join(lines), flush=True)
+
+
+def _wait_ready(node: subprocess.Popen[bytes], script: str, node_file: Path) -> bool:
+    """Poll ``reactantserver-node healthcheck`` until it passes; False if the node exits."""
+    while node.poll() is None:
+        done = subprocess.run(
+            [script, "healthcheck", "--node-file", str(node_file)],
+            capture_output=True,
+            check=False,
+        )
+        if done.returncode == 0:
+            return True
+        time.sleep(1.0)
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Export the examples and start the node; returns the exit status."""
+    """Export the examples and run the node until it stops; returns its exit status."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--venv", type=Path, default=ROOT / ".venv")
     parser.add_argument("--models", type=Path, default=ROOT / "build" / "models")
@@ -31,30 +105,31 @@ def main(argv: list[str] | None = None) -> int:
     python = str(args.venv / "bin" / "python")
     models = args.models.resolve()
     models.mkdir(parents=True, exist_ok=True)
-
-    examples = sorted(p.parent.name for p in (ROOT / "examples").glob("*/export.py"))
-    if not examples:
-        print("make serve: no examples/<name>/export.py yet (export lands with issue #4).")
-    for name in examples:
-        print(f"make serve: exporting examples/{name} into {models}")
-        done = subprocess.run(
-            [python, "-m", f"examples.{name}.export", "--out", str(models)], cwd=ROOT, check=False
-        )
-        if done.returncode != 0:
-            print(f"make serve: exporting examples/{name} failed ({done.returncode}).")
-            return done.returncode
+    status = _export(python, models)
+    if status != 0:
+        return status
 
     node_file = models.parent / "node.yaml"
     node_file.write_text(NODE_FILE.format(models=models))
-    node = str(args.venv / "bin" / "reactantserver-node")
-    print(f"make serve: starting reactantserver-node --node-file {node_file}")
-    done = subprocess.run([node, "--node-file", str(node_file)], cwd=ROOT, check=False)
-    if done.returncode != 0:
-        print(
-            "make serve: reactantserver-node stopped with status "
-            f"{done.returncode}; the install and export steps above are done."
-        )
-    return done.returncode
+    script = str(args.venv / "bin" / "reactantserver-node")
+    _say(f"starting reactantserver-node --node-file {node_file}")
+    node = subprocess.Popen([script, "--node-file", str(node_file)], cwd=ROOT)
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        # The node stops its children gracefully; a second signal is ignored there.
+        if node.poll() is None:
+            node.send_signal(signum)
+
+    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, forward)
+    if _wait_ready(node, script, node_file):
+        _banner(models)
+    status = node.wait()
+    if status == 0:
+        _say("the node stopped cleanly.")
+    else:
+        _say(f"reactantserver-node exited with status {status}.")
+    return status
 
 
 if __name__ == "__main__":
