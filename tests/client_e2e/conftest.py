@@ -10,7 +10,7 @@ worker.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,38 +19,26 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from reactantserver import client as rc
-from tests.worker_e2e._bundles import export_examples, load_weights
-from tests.worker_e2e._harness import STARTED, WorkerProcess, running_worker
+from tests._e2e_support import attach_logs, export_repo, make_cache_dir
+from tests.worker_e2e._bundles import load_weights
+from tests.worker_e2e._harness import WorkerProcess, running_worker, worker_logs
 
 from ._helpers import OURS, registered, shm_leftovers, worker_env
 
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, Any, Any]:
-    """Attach the log tail of every worker this session started to a failing report."""
-    report = yield
-    if report.failed and Path(str(item.path)).parent == Path(__file__).parent:
-        for worker in STARTED:
-            report.sections.append((f"worker log {worker.log.name}", worker.log_tail(6000)))
-    return report
+# The log tail of every worker this session started goes into a failing report.
+pytest_runtest_makereport = attach_logs(Path(__file__).parent, lambda: worker_logs(6000))
 
 
 @pytest.fixture(scope="session")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The model repository: the four examples and ``spin``, exported once."""
-    root = tmp_path_factory.mktemp("models")
-    export_examples(root)
-    return root
+    return export_repo(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``cache_dir`` shared by every worker of the session (executables compile once)."""
-    path = tmp_path_factory.mktemp("cache")
-    path.chmod(0o700)
-    return path
+    return make_cache_dir(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,6 @@ import contextlib
 import os
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
@@ -19,9 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import tritonclient.grpc as grpcclient
 import yaml
-from tritonclient.utils import InferenceServerException
 
 from tests.worker_e2e._bundles import ROOT
 from tests.worker_e2e._harness import (
@@ -30,6 +27,7 @@ from tests.worker_e2e._harness import (
     free_port,
     stop_process,
     sum_samples,
+    wait_server_ready,
 )
 
 __all__ = [
@@ -114,20 +112,7 @@ class GatewayProcess:
     def wait_ready(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
         """Poll ``ServerReady`` through the gateway until true (fails with the log)."""
         assert self.proc is not None
-        stop_at = time.monotonic() + timeout_s
-        with grpcclient.InferenceServerClient(self.url) as client:
-            while True:
-                code = self.proc.poll()
-                if code is not None:
-                    raise AssertionError(f"gateway exited with {code}:\n{self.log_tail()}")
-                with contextlib.suppress(InferenceServerException):
-                    if client.is_server_ready(client_timeout=2.0):
-                        return
-                if time.monotonic() > stop_at:
-                    raise AssertionError(
-                        f"gateway not ready after {timeout_s} s:\n{self.log_tail()}"
-                    )
-                time.sleep(0.1)
+        wait_server_ready(self.url, self.proc, self.log_tail, timeout_s, "gateway", poll_s=0.1)
 
     def stop(self) -> int | None:
         """SIGTERM, wait, then SIGKILL; the exit status (``None`` if never started)."""

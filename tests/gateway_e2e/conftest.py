@@ -8,47 +8,38 @@ own processes.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.worker_e2e._bundles import export_examples
-from tests.worker_e2e._harness import STARTED, WorkerProcess
+from tests._e2e_support import attach_logs, export_repo, make_cache_dir
+from tests.worker_e2e._harness import WorkerProcess, worker_logs
 
 from ._gateway import GATEWAYS, GatewayProcess, running_gateway, worker_env
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, Any, Any]:
-    """Attach the log tails of this session's workers and gateways to a failing report."""
-    report = yield
-    if report.failed and Path(str(item.path)).parent == Path(__file__).parent:
-        for worker in STARTED:
-            report.sections.append((f"worker log {worker.log.name}", worker.log_tail(4000)))
-        for gateway in GATEWAYS:
-            report.sections.append((f"gateway log {gateway.log.name}", gateway.log_tail(6000)))
-    return report
+def _log_sections() -> list[tuple[str, str]]:
+    """The log tails of this session's workers and gateways, for a failing report."""
+    gateways = [(f"gateway log {g.log.name}", g.log_tail(6000)) for g in GATEWAYS]
+    return [*worker_logs(4000), *gateways]
+
+
+pytest_runtest_makereport = attach_logs(Path(__file__).parent, _log_sections)
 
 
 @pytest.fixture(scope="session")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The model repository: the examples and ``spin``, exported once."""
-    root = tmp_path_factory.mktemp("models")
-    export_examples(root)
-    return root
+    return export_repo(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``cache_dir`` shared by every worker of the session (executables compile once)."""
-    path = tmp_path_factory.mktemp("cache")
-    path.chmod(0o700)
-    return path
+    return make_cache_dir(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

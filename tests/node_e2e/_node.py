@@ -15,18 +15,15 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import psutil
-import tritonclient.grpc as grpcclient
 import yaml
-from tritonclient.utils import InferenceServerException
 
 from tests.worker_e2e._bundles import ROOT
-from tests.worker_e2e._harness import STARTUP_TIMEOUT_S, free_port, wait_for
+from tests.worker_e2e._harness import STARTUP_TIMEOUT_S, free_port, wait_for, wait_server_ready
 
 __all__ = ["NODES", "NodeProcess", "free_range", "running_node"]
 
@@ -149,18 +146,7 @@ class NodeProcess:
     def wait_ready(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
         """Poll ``ServerReady`` on the public port until true; fail if the node exits."""
         assert self.proc is not None
-        stop_at = time.monotonic() + timeout_s
-        with grpcclient.InferenceServerClient(self.url) as client:
-            while True:
-                code = self.proc.poll()
-                if code is not None:
-                    raise AssertionError(f"node exited with {code} during start-up:\n{self.tail()}")
-                with contextlib.suppress(InferenceServerException):
-                    if client.is_server_ready(client_timeout=2.0):
-                        break
-                if time.monotonic() > stop_at:
-                    raise AssertionError(f"node not ready after {timeout_s} s:\n{self.tail()}")
-                time.sleep(0.2)
+        wait_server_ready(self.url, self.proc, self.tail, timeout_s, "node")
         self.pids |= {child.pid for child in self.children()}
 
     def children(self) -> list[psutil.Process]:

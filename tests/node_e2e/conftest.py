@@ -6,43 +6,31 @@ model repository from one executable cache, so only the first worker of the sess
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.worker_e2e._bundles import export_examples
+from tests._e2e_support import attach_logs, export_repo, make_cache_dir
 
 from ._node import NODES
 
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, Any, Any]:
-    """Attach the logs of this session's nodes to a failing report."""
-    report = yield
-    if report.failed and Path(str(item.path)).parent == Path(__file__).parent:
-        for node in NODES:
-            report.sections.append((f"node log {node.log.name}", node.tail(8000)))
-    return report
+# The logs of this session's nodes go into a failing report.
+pytest_runtest_makereport = attach_logs(
+    Path(__file__).parent, lambda: [(f"node log {n.log.name}", n.tail(8000)) for n in NODES]
+)
 
 
 @pytest.fixture(scope="session")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The model repository: the shipped examples, exported once."""
-    root = tmp_path_factory.mktemp("models")
-    export_examples(root)
-    return root
+    return export_repo(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``cache_dir`` shared by every worker of the session (executables compile once)."""
-    path = tmp_path_factory.mktemp("cache")
-    path.chmod(0o700)
-    return path
+    return make_cache_dir(tmp_path_factory)
 
 
 @pytest.fixture

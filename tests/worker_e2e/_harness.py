@@ -100,22 +100,7 @@ class WorkerProcess:
     def wait_ready(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
         """Poll ``ServerReady`` until true; fail with the log if the process dies or hangs."""
         assert self.proc is not None
-        stop_at = time.monotonic() + timeout_s
-        with grpcclient.InferenceServerClient(self.url) as client:
-            while True:
-                code = self.proc.poll()
-                if code is not None:
-                    raise AssertionError(
-                        f"worker exited with {code} during start-up:\n{self.log_tail()}"
-                    )
-                with contextlib.suppress(InferenceServerException):
-                    if client.is_server_ready(client_timeout=2.0):
-                        return
-                if time.monotonic() > stop_at:
-                    raise AssertionError(
-                        f"worker not ready after {timeout_s} s:\n{self.log_tail()}"
-                    )
-                time.sleep(0.2)
+        wait_server_ready(self.url, self.proc, self.log_tail, timeout_s, "worker")
 
     def signal(self, sig: int = signal.SIGTERM) -> None:
         """Send ``sig`` to the process."""
@@ -161,6 +146,38 @@ class WorkerProcess:
 
 STARTED: list[WorkerProcess] = []
 """Every worker started by this test session (their logs are attached to failures)."""
+
+
+def worker_logs(nchars: int) -> list[tuple[str, str]]:
+    """``(title, log tail)`` of every worker this session started, for a failing report."""
+    return [(f"worker log {worker.log.name}", worker.log_tail(nchars)) for worker in STARTED]
+
+
+def wait_server_ready(
+    url: str,
+    proc: subprocess.Popen[bytes],
+    tail: Callable[[], str],
+    timeout_s: float,
+    what: str,
+    *,
+    poll_s: float = 0.2,
+) -> None:
+    """Poll ``ServerReady`` at ``url`` until true; fail with ``tail()`` if ``proc`` exits or hangs.
+
+    ``what`` names the process in the failure (``worker``, ``gateway``, ``node``).
+    """
+    stop_at = time.monotonic() + timeout_s
+    with grpcclient.InferenceServerClient(url) as client:
+        while True:
+            code = proc.poll()
+            if code is not None:
+                raise AssertionError(f"{what} exited with {code} during start-up:\n{tail()}")
+            with contextlib.suppress(InferenceServerException):
+                if client.is_server_ready(client_timeout=2.0):
+                    return
+            if time.monotonic() > stop_at:
+                raise AssertionError(f"{what} not ready after {timeout_s} s:\n{tail()}")
+            time.sleep(poll_s)
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ worker serves it for the whole session in ``static`` mode; tests that need a spe
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,38 +18,25 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from ._bundles import HOOKY, add_broken, add_hooky, export_examples, load_weights
-from ._harness import STARTED, WorkerProcess, inference_stub, open_channel, running_worker
+from tests._e2e_support import attach_logs, export_repo, make_cache_dir
 
+from ._bundles import HOOKY, add_broken, add_hooky, load_weights
+from ._harness import WorkerProcess, inference_stub, open_channel, running_worker, worker_logs
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, Any, Any]:
-    """Attach the log tail of every worker this session started to a failing report."""
-    report = yield
-    if report.failed and Path(str(item.path)).parent == Path(__file__).parent:
-        for worker in STARTED:
-            report.sections.append((f"worker log {worker.log.name}", worker.log_tail(6000)))
-    return report
+# The log tail of every worker this session started goes into a failing report.
+pytest_runtest_makereport = attach_logs(Path(__file__).parent, lambda: worker_logs(6000))
 
 
 @pytest.fixture(scope="session")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The model repository: the examples and the test bundles, exported once."""
-    root = tmp_path_factory.mktemp("models")
-    export_examples(root)
-    add_hooky(root)
-    add_broken(root)
-    return root
+    return export_repo(tmp_path_factory, add_hooky, add_broken)
 
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``cache_dir`` shared by every worker of the session (executables compile once)."""
-    path = tmp_path_factory.mktemp("cache")
-    path.chmod(0o700)
-    return path
+    return make_cache_dir(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

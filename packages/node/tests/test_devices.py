@@ -9,7 +9,6 @@ import pytest
 from reactantserver.core.errors import ConfigError
 from reactantserver.node._devices import (
     DeviceSelection,
-    NvmlCount,
     available_cores,
     cgroup_cpu_limit,
     detect_devices,
@@ -18,16 +17,7 @@ from reactantserver.node._devices import (
     thread_allotment,
 )
 
-
-def _nvml(count: int | None) -> NvmlCount:
-    def nvml() -> int | None:
-        return count
-
-    return nvml
-
-
-def _must_not_ask() -> int | None:
-    raise AssertionError("NVML must not be consulted")
+from ._nvml import must_not_ask, nvml_reporting
 
 
 def test_nvml_seam_returns_none_without_a_driver() -> None:
@@ -81,51 +71,51 @@ def test_parse_gpu_spec_names_the_flag() -> None:
 
 def test_node_count_wins_over_everything() -> None:
     env = {"CUDA_VISIBLE_DEVICES": "5,6,7"}
-    assert detect_devices(2, env, nvml_count=_must_not_ask) == DeviceSelection(("0", "1"), "gpus")
+    assert detect_devices(2, env, nvml_count=must_not_ask) == DeviceSelection(("0", "1"), "gpus")
 
 
 def test_node_selectors_pass_through_verbatim() -> None:
-    selection = detect_devices(("GPU-a", "3"), {}, nvml_count=_must_not_ask)
+    selection = detect_devices(("GPU-a", "3"), {}, nvml_count=must_not_ask)
     assert selection == DeviceSelection(("GPU-a", "3"), "gpus")
 
 
 def test_count_zero_is_a_cpu_node_and_stops_detection() -> None:
     env = {"CUDA_VISIBLE_DEVICES": "0"}
-    assert detect_devices(0, env, nvml_count=_must_not_ask) == DeviceSelection((), "gpus")
+    assert detect_devices(0, env, nvml_count=must_not_ask) == DeviceSelection((), "gpus")
 
 
 def test_source_is_the_variable_when_it_set_the_value() -> None:
     env = {"REACTANT_GPUS": "0, 1"}
-    selection = detect_devices(("0", "1"), env, nvml_count=_must_not_ask)
+    selection = detect_devices(("0", "1"), env, nvml_count=must_not_ask)
     assert selection == DeviceSelection(("0", "1"), "REACTANT_GPUS")
     # A flag that overrode the variable is not reported as the variable.
-    assert detect_devices(3, env, nvml_count=_must_not_ask).source == "gpus"
+    assert detect_devices(3, env, nvml_count=must_not_ask).source == "gpus"
 
 
 def test_cuda_visible_devices_when_auto() -> None:
     env = {"CUDA_VISIBLE_DEVICES": " 2, GPU-x ,2"}
-    selection = detect_devices("auto", env, nvml_count=_must_not_ask)
+    selection = detect_devices("auto", env, nvml_count=must_not_ask)
     assert selection == DeviceSelection(("2", "GPU-x"), "CUDA_VISIBLE_DEVICES")
 
 
 def test_empty_cuda_visible_devices_means_no_devices() -> None:
-    selection = detect_devices("auto", {"CUDA_VISIBLE_DEVICES": ""}, nvml_count=_must_not_ask)
+    selection = detect_devices("auto", {"CUDA_VISIBLE_DEVICES": ""}, nvml_count=must_not_ask)
     assert selection == DeviceSelection((), "CUDA_VISIBLE_DEVICES")
 
 
 def test_cuda_visible_devices_stops_at_an_invalid_entry() -> None:
     env = {"CUDA_VISIBLE_DEVICES": "1,-1,2"}
-    assert detect_devices("auto", env, nvml_count=_must_not_ask).selectors == ("1",)
+    assert detect_devices("auto", env, nvml_count=must_not_ask).selectors == ("1",)
 
 
 def test_nvml_count_when_nothing_else_says() -> None:
-    selection = detect_devices("auto", {}, nvml_count=_nvml(3))
+    selection = detect_devices("auto", {}, nvml_count=nvml_reporting(3))
     assert selection == DeviceSelection(("0", "1", "2"), "nvml")
 
 
 @pytest.mark.parametrize("count", [None, 0])
 def test_no_devices(count: int | None) -> None:
-    selection = detect_devices("auto", {}, nvml_count=_nvml(count))
+    selection = detect_devices("auto", {}, nvml_count=nvml_reporting(count))
     assert selection == DeviceSelection((), "none")
 
 

@@ -29,18 +29,9 @@ from reactantserver.node._plan import (
 )
 from reactantserver.node._spec import ChildKind, ChildSpec
 
+from ._nvml import must_not_ask, nvml_reporting
+
 CUDA: dict[str, Any] = {"runtime": {"backend": "cuda"}}
-
-
-def _nvml(count: int | None) -> NvmlCount:
-    def nvml() -> int | None:
-        return count
-
-    return nvml
-
-
-def _must_not_ask() -> int | None:
-    raise AssertionError("NVML must not be consulted")
 
 
 @pytest.fixture
@@ -57,7 +48,7 @@ def _plan(
     env: dict[str, str],
     tmp_path: Path,
     *,
-    nvml: NvmlCount = _must_not_ask,
+    nvml: NvmlCount = must_not_ask,
     cores: int = 8,
     write: bool = False,
 ) -> NodePlan:
@@ -124,7 +115,7 @@ def test_cpu_with_selectors_runs_one_cpu_worker_per_selector(
 
 
 def test_cuda_runs_one_worker_per_nvml_device(tmp_path: Path, env: dict[str, str]) -> None:
-    plan = _plan(_node(tmp_path, env, **{"global": CUDA}), env, tmp_path, nvml=_nvml(2))
+    plan = _plan(_node(tmp_path, env, **{"global": CUDA}), env, tmp_path, nvml=nvml_reporting(2))
     assert _visible(plan) == ["0", "1"]
     assert plan.devices == DeviceSelection(("0", "1"), "nvml")
     assert [entry.gpu for entry in plan.node.workers or ()] == [0, 1]
@@ -148,7 +139,7 @@ def test_cuda_without_devices_falls_back_to_cpu_workers(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
     node = _node(tmp_path, env, cpu_workers=2, **{"global": CUDA})
-    plan = _plan(node, env, tmp_path, nvml=_nvml(None))
+    plan = _plan(node, env, tmp_path, nvml=nvml_reporting(None))
     workers = _workers(plan)
     assert [child.name for child in workers] == ["worker0", "worker1"]
     assert _visible(plan) == ["", ""]
@@ -173,7 +164,7 @@ def test_cuda_without_devices_and_without_fallback_is_an_error(
     settings = {"runtime": {"backend": "cuda", "allow_cpu_fallback": False}}
     node = _node(tmp_path, env, **{"global": settings})
     with pytest.raises(ConfigError) as caught:
-        _plan(node, env, tmp_path, nvml=_nvml(0))
+        _plan(node, env, tmp_path, nvml=nvml_reporting(0))
     message = str(caught.value)
     assert message.startswith("runtime.backend is cuda but no CUDA device was found")
     for guidance in ("REACTANT_GPUS", "runtime.backend: cpu", "allow_cpu_fallback: true"):
@@ -220,7 +211,7 @@ def test_explicit_workers_that_do_not_fit_the_devices(
 ) -> None:
     node = _node(tmp_path, env, workers=workers, **{"global": CUDA})
     with pytest.raises(ConfigError) as caught:
-        _plan(node, env, tmp_path, nvml=_nvml(2))
+        _plan(node, env, tmp_path, nvml=nvml_reporting(2))
     assert str(caught.value).startswith(message)
 
 
@@ -311,7 +302,7 @@ def test_role_workers_with_one_worker_keeps_its_ports(tmp_path: Path, env: dict[
 
 def test_role_gateway_runs_only_the_gateway(tmp_path: Path, env: dict[str, str]) -> None:
     node = _node(tmp_path, env, role="gateway", base_port=7000, **{"global": CUDA})
-    plan = _plan(node, env, tmp_path, nvml=_nvml(3))
+    plan = _plan(node, env, tmp_path, nvml=nvml_reporting(3))
     assert [child.kind for child in plan.children] == [ChildKind.GATEWAY]
     assert plan.node_file is None
     assert plan.gateway_config is not None
@@ -513,7 +504,7 @@ def _cache_notes(plan: NodePlan) -> list[str]:
 
 
 def test_private_host_copies_are_noted(tmp_path: Path, env: dict[str, str]) -> None:
-    plan = _plan(_node(tmp_path, env, **{"global": CUDA}), env, tmp_path, nvml=_nvml(2))
+    plan = _plan(_node(tmp_path, env, **{"global": CUDA}), env, tmp_path, nvml=nvml_reporting(2))
     (note,) = _cache_notes(plan)
     assert note.startswith("each worker keeps a private host copy of every model (2x host RAM)")
 
@@ -542,7 +533,7 @@ def test_no_private_copy_note(tmp_path: Path, env: dict[str, str], keys: dict[st
 
 def test_files_are_written_and_load_back(tmp_path: Path, env: dict[str, str]) -> None:
     node = _node(tmp_path, env, models={"m": ["worker1"]}, **{"global": CUDA})
-    plan = _plan(node, env, tmp_path, nvml=_nvml(2), write=True)
+    plan = _plan(node, env, tmp_path, nvml=nvml_reporting(2), write=True)
     assert plan.node_file == tmp_path / "run" / "node.yaml"
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["gateway.yml", "node.yaml"]
     loaded = load_node_config(plan.node_file, env)
@@ -578,7 +569,7 @@ def test_runtime_directory(tmp_path: Path) -> None:
 
 def test_default_directory_is_the_runtime_directory(tmp_path: Path, env: dict[str, str]) -> None:
     env["XDG_RUNTIME_DIR"] = str(tmp_path / "xdg")
-    plan = plan_node(_node(tmp_path, env), env, cores=4, nvml_count=_must_not_ask)
+    plan = plan_node(_node(tmp_path, env), env, cores=4, nvml_count=must_not_ask)
     assert plan.node_file == tmp_path / "xdg" / "reactantserver" / "node.yaml"
     assert plan.node_file.is_file()
 
@@ -588,7 +579,7 @@ def test_default_directory_is_the_runtime_directory(tmp_path: Path, env: dict[st
 
 def test_materialized_documents(tmp_path: Path, env: dict[str, str]) -> None:
     node = _node(tmp_path, env, **{"global": CUDA})
-    plan = _plan(node, env, tmp_path, nvml=_nvml(2), cores=6)
+    plan = _plan(node, env, tmp_path, nvml=nvml_reporting(2), cores=6)
     documents = materialized_documents(plan)
     assert yaml.safe_load(yaml.safe_dump(documents)) == documents  # plain YAML data
     assert documents["node"]["workers"] == [
