@@ -387,3 +387,16 @@ def test_loads_are_counted_per_model() -> None:
     cache.acquire("a")
     assert cache.model_loads("a") == 2
     assert cache.loads == 2
+
+
+def test_evictions_are_counted_per_model() -> None:
+    _, cache, _ = _setup(budget=SIZE)
+    for name in "ABA":
+        cache.acquire(name)
+    assert [cache.model_evictions(n) for n in "ABC"] == [1, 1, 0]
+    cache.evict_unpinned()
+    assert [cache.model_evictions(n) for n in "ABC"] == [2, 1, 0]
+    cache.remove_model("A")  # removal is no eviction
+    assert cache.evictions == 3
+    with pytest.raises(KeyError):
+        cache.model_evictions("A")

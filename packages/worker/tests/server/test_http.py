@@ -96,10 +96,12 @@ def test_metrics_serves_the_text_exposition(state: WorkerState) -> None:
 @pytest.mark.parametrize(
     ("method", "path"),
     [
-        ("GET", "/"),
+        ("GET", "/index.html"),
+        ("POST", "/"),
+        ("POST", "/status"),
         ("GET", "/nope"),
         ("GET", "/metrics/extra"),
-        ("GET", "/v2/health/ready"),
+        ("GET", "/v3/health/ready"),
         ("POST", "/metrics"),
         ("DELETE", "/readyz"),
         ("PUT", "/healthz"),

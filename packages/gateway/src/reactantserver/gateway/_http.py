@@ -1,12 +1,14 @@
-"""The gateway's HTTP port: aggregated ``/metrics``, ``/healthz`` and ``/readyz`` (08, 12).
+"""The gateway's HTTP port: aggregated ``/metrics``, ``/healthz``, ``/readyz``, REST (08, 12).
 
 ``GET /metrics`` scrapes every worker's ``/metrics`` concurrently (one shared client session,
 opened on start-up and closed on cleanup), records ``gateway_worker_metrics_up{worker}`` and
-answers the gateway's own series followed by the workers' (:func:`merge_expositions`). Every
-other path, and every method but ``GET``/``HEAD``, is ``404``::
+answers the gateway's own series followed by the workers' (:func:`merge_expositions`). With a
+``rest`` backend, ``/v2/...`` is the inference service over KServe V2 REST
+(:mod:`reactantserver.gateway._rest`). Every other path, and every method but ``GET``/``HEAD``
+on the three probe paths, is ``404``::
 
     app = gateway_http_app(metrics=metrics, scrape_targets=[("w0", "10.0.0.5:8002")],
-                           ready=lambda: any_worker_ready)
+                           ready=lambda: any_worker_ready, rest=GatewayRestBackend(service))
     runner = await start_http(app, "0.0.0.0", 8002)
     port = runner.addresses[0][1]
     ...
@@ -25,13 +27,23 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 import aiohttp
 from aiohttp import web
 
+from reactantserver.core.rest import RestBackend
 from reactantserver.gateway._exposition import merge_expositions
 from reactantserver.gateway._metrics import CONTENT_TYPE, GatewayMetrics
+from reactantserver.gateway._rest import add_rest_route
+from reactantserver.gateway._status import StatusSource, add_status_routes
 
-__all__ = ["DEFAULT_SCRAPE_TIMEOUT_SECONDS", "gateway_http_app", "start_http"]
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_SCRAPE_TIMEOUT_SECONDS",
+    "gateway_http_app",
+    "start_http",
+]
 
 DEFAULT_SCRAPE_TIMEOUT_SECONDS = 5.0
 """Per-worker timeout of one ``/metrics`` scrape (08 §Metrics aggregation)."""
+DEFAULT_MAX_BODY_BYTES = 512 * 1024 * 1024
+"""Largest REST request body (as ``grpc.max_recv_msg_bytes``; the server passes its own)."""
 
 _log = logging.getLogger(__name__)
 
@@ -73,11 +85,16 @@ def gateway_http_app(
     scrape_targets: Sequence[tuple[str, str]],
     ready: Callable[[], bool],
     timeout_seconds: float = DEFAULT_SCRAPE_TIMEOUT_SECONDS,
+    rest: RestBackend | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    status: StatusSource | None = None,
 ) -> web.Application:
     """The gateway's aiohttp application.
 
     ``scrape_targets`` are ``(worker label, "host:port")`` of the workers' HTTP ports, in
-    exposition order; ``ready()`` backs ``/readyz``.
+    exposition order; ``ready()`` backs ``/readyz``; ``rest`` serves ``/v2/...`` (request
+    bodies up to ``max_body_bytes``); ``status`` serves the status page ``/`` and its
+    document ``/status`` (:mod:`reactantserver.gateway._status`).
     """
     targets = tuple(scrape_targets)
     timeout = aiohttp.ClientTimeout(total=timeout_seconds)
@@ -107,11 +124,15 @@ def gateway_http_app(
             return web.Response(text="ok")
         return web.Response(status=503, text="not ready")
 
-    app = web.Application(middlewares=[_not_found])
+    app = web.Application(middlewares=[_not_found], client_max_size=max_body_bytes)
     app.cleanup_ctx.append(session_ctx)
     app.router.add_get("/metrics", get_metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    if rest is not None:
+        add_rest_route(app, rest)
+    if status is not None:
+        add_status_routes(app, status, lambda request: request.app[_SESSION])
     return app
 
 

@@ -3,7 +3,8 @@
 :class:`GatewayServer` builds a link per worker, the policy of ``scheduling.mode``, the prober,
 the proxy and the services, runs the mode's start-up preconditions and one synchronous
 discovery round, then opens the gRPC port (inference, health, reflection, control) and the
-HTTP port (``/metrics`` aggregated over the workers, ``/healthz``, ``/readyz``)::
+HTTP port (``/metrics`` aggregated over the workers, ``/healthz``, ``/readyz``, KServe V2
+REST under ``/v2``, the status page ``/`` and its ``/status`` document)::
 
     server = GatewayServer(load_gateway_config(None, os.environ), version="0.1.0")
     await server.start()
@@ -35,7 +36,9 @@ from reactantserver.gateway._metrics import GatewayMetrics
 from reactantserver.gateway._modes import make_policy, wait_for_preconditions
 from reactantserver.gateway._policy import Policy
 from reactantserver.gateway._proxy import Proxy, ProxySettings
+from reactantserver.gateway._rest import GatewayRestBackend
 from reactantserver.gateway._service import GatewayService
+from reactantserver.gateway._status import StatusSource
 from reactantserver.gateway._workers import ChannelSettings, WorkerLink
 from reactantserver.gateway.config import GatewayConfig
 
@@ -107,6 +110,14 @@ class GatewayServer:
             timeout_seconds=config.worker_client.request_timeout_seconds,
         )
         self.health = HealthTracker(self.service.ready)
+        self.status = StatusSource(
+            version=version,
+            policy=self.policy,
+            routes=lambda: self.discovery.routes,
+            workers=self.links,
+            http_endpoints=config.metrics_endpoints,
+            ready=self.service.ready,
+        )
         self.grpc_port = 0
         self.http_port = 0
         self._server: grpc.aio.Server | None = None
@@ -146,7 +157,12 @@ class GatewayServer:
         targets = list(zip(config.worker_labels, config.metrics_endpoints, strict=False))
         self._http = await start_http(
             gateway_http_app(
-                metrics=self.metrics, scrape_targets=targets, ready=self.service.ready
+                metrics=self.metrics,
+                scrape_targets=targets,
+                ready=self.service.ready,
+                rest=GatewayRestBackend(self.service),
+                max_body_bytes=config.grpc.max_recv_msg_bytes,
+                status=self.status,
             ),
             host,
             port,

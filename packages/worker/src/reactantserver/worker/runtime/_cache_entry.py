@@ -22,6 +22,8 @@ class CacheEntry:
     oversize_warned_at: float | None = None
     loads: int = 0
     """Host-to-device loads of this model's weights (``ModelStatus.weight_loads``)."""
+    evictions: int = 0
+    """Evictions of this model's weights to make room (the status page's churn)."""
 
     @property
     def nbytes(self) -> int:

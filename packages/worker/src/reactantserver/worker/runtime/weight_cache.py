@@ -162,6 +162,10 @@ class WeightCache:
         """How many times the weights of ``name`` went to the device."""
         return self._entry(name).loads
 
+    def model_evictions(self, name: str) -> int:
+        """How many times the weights of ``name`` were evicted (counted like ``evictions``)."""
+        return self._entry(name).evictions
+
     def host_resident(self, name: str) -> bool:
         """Whether the host floor of ``name`` is materialised."""
         return self._entry(name).source.host_resident
@@ -413,6 +417,7 @@ class WeightCache:
 
     def _evict(self, entry: CacheEntry) -> None:
         self._free(entry)
+        entry.evictions += 1
         self.evictions += 1
         _log.debug("evicted weights of %r (%d bytes)", entry.name, entry.nbytes)
 

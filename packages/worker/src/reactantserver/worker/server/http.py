@@ -1,7 +1,11 @@
-"""The worker's HTTP port: ``/metrics``, ``/healthz`` and ``/readyz`` on aiohttp (05 §HTTP).
+"""The worker's HTTP port: ``/metrics``, ``/healthz``, ``/readyz``, KServe V2 REST (05 §HTTP).
 
-The application runs on the gRPC server's event loop; every other path (and every other
-method on these paths) is ``404``::
+The status page is ``GET /`` and its document ``GET /status``
+(:mod:`reactantserver.worker.server.status`).
+
+The application runs on the gRPC server's event loop; ``/v2/...`` is the inference service
+over REST (:mod:`reactantserver.worker.server.rest`); every other path (and every other
+method on the three probe paths) is ``404``::
 
     runner = await start_http(http_app(state, metrics), "127.0.0.1", 9100)
     ...
@@ -14,8 +18,11 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from reactantserver.worker.server.inference import InferenceService
 from reactantserver.worker.server.metrics import CONTENT_TYPE, WorkerMetrics
+from reactantserver.worker.server.rest import WorkerRestBackend, add_rest_route
 from reactantserver.worker.server.state import WorkerState
+from reactantserver.worker.server.status import add_status_routes
 
 __all__ = ["http_app", "start_http"]
 
@@ -32,7 +39,10 @@ async def _not_found(request: web.Request, handler: _Handler) -> web.StreamRespo
 
 
 def http_app(state: WorkerState, metrics: WorkerMetrics) -> web.Application:
-    """The worker's aiohttp application (``GET`` and ``HEAD`` on the three paths)."""
+    """The worker's aiohttp application (``GET``/``HEAD`` on the three paths, ``/v2`` REST).
+
+    A request body may be as large as a gRPC message (``grpc.max_recv_msg_bytes``).
+    """
 
     async def get_metrics(request: web.Request) -> web.Response:
         return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
@@ -45,10 +55,14 @@ def http_app(state: WorkerState, metrics: WorkerMetrics) -> web.Application:
             return web.Response(text="ok")
         return web.Response(status=503, text="not ready")
 
-    app = web.Application(middlewares=[_not_found])
+    app = web.Application(
+        middlewares=[_not_found], client_max_size=state.config.grpc.max_recv_msg_bytes
+    )
     app.router.add_get("/metrics", get_metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    add_status_routes(app, state)
+    add_rest_route(app, WorkerRestBackend(InferenceService(state)))
     return app
 
 

@@ -1,0 +1,98 @@
+"""The gateway's status page in a real browser: two real workers behind ``lpt_packing``.
+
+Traffic goes through the gateway; the page must show the placement table and, per worker,
+that worker's own document with every model, a residency state and the requests it served.
+The screenshot goes under ``tmp_path`` and, with ``REACTANT_UPDATE_SCREENSHOTS=1``, replaces
+``docs/images/status-gateway.png``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.support.wait import WebDriverWait
+
+from tests._e2e_support import export_repo
+from tests.gateway_e2e._gateway import running_gateway
+from tests.worker_e2e._harness import running_worker
+
+from ._page import (
+    MODELS,
+    PAGE_TIMEOUT_S,
+    RESIDENCIES,
+    TRAFFIC,
+    page_rows,
+    page_state,
+    screenshot,
+    send_traffic,
+    status_document,
+    worker_env,
+)
+
+pytestmark = pytest.mark.slow
+
+WORKERS = ("w0", "w1")
+LPT = {
+    "scheduling": {
+        "mode": "lpt_packing",
+        "first_rebalance_compute_seconds": 1e-6,
+        "rebalance_compute_seconds": 1e-6,
+        "compaction_mode": "off",
+    },
+    "startup_wait_seconds": 60,
+}
+"""``lpt_packing`` repacking after the first microsecond of compute (so a repack shows)."""
+
+
+def shows_everything(browser: webdriver.Chrome) -> bool:
+    """Placement rows, and every worker's models with residencies and all the traffic."""
+    placed = browser.execute_script(
+        "return document.querySelectorAll('table.grid tbody tr').length"
+    )
+    if not placed:
+        return False
+    served = dict.fromkeys(TRAFFIC, 0)
+    for name in WORKERS:
+        rows = page_rows(browser, f'[data-gw-worker="{name}"]')
+        if set(rows) != set(MODELS):
+            return False
+        if any(residency not in RESIDENCIES for residency, _ in rows.values()):
+            return False
+        for model in served:
+            served[model] += rows[model][1]
+    return all(served[model] >= n for model, n in TRAFFIC.items())
+
+
+@pytest.mark.timeout(1200)  # the first run may install Chromium (see conftest)
+def test_gateway_page_shows_placement_and_every_worker(
+    browser: webdriver.Chrome,
+    cache_dir: Path,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    repo = export_repo(tmp_path_factory)
+    with contextlib.ExitStack() as stack:
+        workers = [
+            stack.enter_context(
+                running_worker(
+                    repo,
+                    tmp_path / f"{name}.log",
+                    worker_env(cache_dir, name, INFERENCE_SERVER_SCHEDULER_DISCIPLINE="fifo"),
+                )
+            )
+            for name in WORKERS
+        ]
+        gateway = stack.enter_context(running_gateway(workers, tmp_path, settings=LPT))
+        send_traffic(gateway.url, TRAFFIC)
+        document = status_document(gateway.http_port)
+        assert document["kind"] == "gateway"
+        assert [w["name"] for w in document["workers"]] == list(WORKERS)
+        assert all(w["status"] is not None for w in document["workers"]), document["workers"]
+
+        browser.get(f"http://127.0.0.1:{gateway.http_port}/")
+        WebDriverWait(browser, PAGE_TIMEOUT_S).until(shows_everything)
+        assert page_state(browser) == "ok"
+        screenshot(browser, tmp_path / "status-gateway.png")
