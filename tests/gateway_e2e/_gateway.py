@@ -28,16 +28,34 @@ from tests.worker_e2e._harness import (
     stop_process,
     sum_samples,
     wait_server_ready,
+    worker_logs,
 )
 
 __all__ = [
     "GATEWAYS",
+    "LPT",
     "GatewayProcess",
+    "log_sections",
     "raw_unary",
     "running_gateway",
+    "running_workers",
     "sum_samples",
     "worker_env",
 ]
+
+LPT: dict[str, Any] = {
+    "scheduling": {
+        "mode": "lpt_packing",
+        "first_rebalance_compute_seconds": 1e-6,
+        "rebalance_compute_seconds": 1e-6,
+        "compaction_mode": "off",
+    },
+    "startup_wait_seconds": 60,
+}
+"""Gateway settings: ``lpt_packing`` repacking after the first microsecond of compute.
+
+Its workers must run discipline ``fifo`` (``lpt_packing`` refuses ``fair``).
+"""
 
 
 def worker_env(cache_dir: Path, **extra: str) -> dict[str, str]:
@@ -163,6 +181,33 @@ def running_gateway(
     finally:
         code = gateway.stop()
     assert code == 0, f"the gateway exited with {code}:\n{gateway.log_tail()}"
+
+
+@contextlib.contextmanager
+def running_workers(
+    repo: Path, directory: Path, envs: Sequence[Mapping[str, str]]
+) -> Iterator[list[WorkerProcess]]:
+    """Ready workers on ``repo``, one per ``envs`` entry; on exit each is stopped, and must exit 0.
+
+    They start one after the other, so a later one reuses the executables an earlier one compiled.
+    """
+    started: list[WorkerProcess] = []
+    try:
+        for i, env in enumerate(envs):
+            worker = WorkerProcess(repo, directory / f"worker{i}.log", env)
+            worker.start()
+            worker.wait_ready()
+            started.append(worker)
+        yield started
+    finally:
+        codes = [worker.stop() for worker in started]
+    assert codes == [0] * len(started), [w.log_tail(3000) for w in started]
+
+
+def log_sections() -> list[tuple[str, str]]:
+    """The log tails of this session's workers and gateways, for a failing report."""
+    gateways = [(f"gateway log {g.log.name}", g.log_tail(6000)) for g in GATEWAYS]
+    return [*worker_logs(4000), *gateways]
 
 
 def raw_unary(url: str, path: str, body: bytes, timeout: float = 30.0) -> bytes:

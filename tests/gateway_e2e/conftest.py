@@ -16,18 +16,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from tests._e2e_support import attach_logs, export_repo, make_cache_dir
-from tests.worker_e2e._harness import WorkerProcess, worker_logs
+from tests.worker_e2e._harness import WorkerProcess
 
-from ._gateway import GATEWAYS, GatewayProcess, running_gateway, worker_env
+from ._gateway import GatewayProcess, log_sections, running_gateway, running_workers, worker_env
 
-
-def _log_sections() -> list[tuple[str, str]]:
-    """The log tails of this session's workers and gateways, for a failing report."""
-    gateways = [(f"gateway log {g.log.name}", g.log_tail(6000)) for g in GATEWAYS]
-    return [*worker_logs(4000), *gateways]
-
-
-pytest_runtest_makereport = attach_logs(Path(__file__).parent, _log_sections)
+# The log tails of this session's workers and gateways go into a failing report.
+pytest_runtest_makereport = attach_logs(Path(__file__).parent, log_sections)
 
 
 @pytest.fixture(scope="session")
@@ -51,18 +45,9 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def workers(repo: Path, cache_dir: Path, logs: Path) -> Iterator[list[WorkerProcess]]:
     """Two ready workers on the same repository (the second reuses the first's executables)."""
-    started: list[WorkerProcess] = []
-    try:
-        for i in range(2):
-            env = {**worker_env(cache_dir), "REACTANT_WORKER_NAME": f"w{i}"}
-            worker = WorkerProcess(repo, logs / f"worker{i}.log", env)
-            worker.start()
-            worker.wait_ready()
-            started.append(worker)
+    envs = [{**worker_env(cache_dir), "REACTANT_WORKER_NAME": f"w{i}"} for i in range(2)]
+    with running_workers(repo, logs, envs) as started:
         yield started
-    finally:
-        codes = [worker.stop() for worker in started]
-    assert codes == [0] * len(started), [w.log_tail(3000) for w in started]
 
 
 @pytest.fixture(scope="session")

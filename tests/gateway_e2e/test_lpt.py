@@ -19,18 +19,9 @@ import tritonclient.grpc as grpcclient
 from reactantserver.core.protocol import control_pb2, control_pb2_grpc
 from tests.worker_e2e._harness import WorkerProcess, model_stats
 
-from ._gateway import GatewayProcess, running_gateway, worker_env
+from ._gateway import LPT, GatewayProcess, running_gateway, worker_env
 
 MODELS = ("mlp", "two_io")
-LPT = {
-    "scheduling": {
-        "mode": "lpt_packing",
-        "first_rebalance_compute_seconds": 1e-6,
-        "rebalance_compute_seconds": 1e-6,
-        "compaction_mode": "off",
-    },
-    "startup_wait_seconds": 60,
-}
 
 
 @pytest.fixture(scope="module")

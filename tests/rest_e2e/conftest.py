@@ -15,19 +15,18 @@ from pathlib import Path
 import pytest
 
 from tests._e2e_support import attach_logs, export_repo, make_cache_dir
-from tests.gateway_e2e._gateway import GATEWAYS, GatewayProcess, running_gateway
-from tests.worker_e2e._harness import WorkerProcess, worker_logs
+from tests.gateway_e2e._gateway import (
+    GatewayProcess,
+    log_sections,
+    running_gateway,
+    running_workers,
+)
+from tests.worker_e2e._harness import WorkerProcess
 
 from ._target import Target, explicit_env
 
-
-def _log_sections() -> list[tuple[str, str]]:
-    """The log tails of this session's workers and gateways, for a failing report."""
-    gateways = [(f"gateway log {g.log.name}", g.log_tail(6000)) for g in GATEWAYS]
-    return [*worker_logs(4000), *gateways]
-
-
-pytest_runtest_makereport = attach_logs(Path(__file__).parent, _log_sections)
+# The log tails of this session's workers and gateways go into a failing report.
+pytest_runtest_makereport = attach_logs(Path(__file__).parent, log_sections)
 
 
 @pytest.fixture(scope="session")
@@ -51,17 +50,9 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def workers(repo: Path, cache_dir: Path, logs: Path) -> Iterator[list[WorkerProcess]]:
     """Two ready workers on the same repository (the second reuses the first's executables)."""
-    started: list[WorkerProcess] = []
-    try:
-        for i in range(2):
-            worker = WorkerProcess(repo, logs / f"worker{i}.log", explicit_env(cache_dir, f"w{i}"))
-            worker.start()
-            worker.wait_ready()
-            started.append(worker)
+    envs = [explicit_env(cache_dir, f"w{i}") for i in range(2)]
+    with running_workers(repo, logs, envs) as started:
         yield started
-    finally:
-        codes = [worker.stop() for worker in started]
-    assert codes == [0] * len(started), [w.log_tail(3000) for w in started]
 
 
 @pytest.fixture(scope="session")

@@ -115,6 +115,13 @@ def page_rows(browser: webdriver.Chrome, root: str = "") -> dict[str, tuple[str,
     return {str(m): (str(r), int(n)) for m, r, n in rows}
 
 
+def lists_every_model(rows: Mapping[str, tuple[str, int]]) -> bool:
+    """Whether ``rows`` (from :func:`page_rows`) are exactly ``MODELS``, each with a residency."""
+    if set(rows) != set(MODELS):
+        return False
+    return all(residency in RESIDENCIES for residency, _ in rows.values())
+
+
 def page_state(browser: webdriver.Chrome) -> str:
     """``loading``, ``ok`` or ``error`` (``body[data-state]``)."""
     return str(browser.execute_script("return document.body.dataset.state"))

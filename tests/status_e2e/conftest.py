@@ -4,7 +4,8 @@ Chromium and its driver come from the distribution (``/usr/bin/chromium``,
 ``/usr/bin/chromedriver``). When either is missing and the suite runs as root with
 ``apt-get``, the session installs them (``chromium``, ``chromium-driver``); otherwise every
 test here is skipped with the reason. Chromium runs headless with a fresh profile and every
-background fetch off: the machines this runs on may have no route out.
+background fetch off: the machines this runs on may have no route out. Each test exports its
+own model repository; the workers of the session share one ``cache_dir``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
 
-from tests._e2e_support import attach_logs, make_cache_dir
+from tests._e2e_support import attach_logs, export_repo, make_cache_dir
 from tests.worker_e2e._harness import worker_logs
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -118,3 +119,9 @@ def browser(chromium: tuple[Path, Path], tmp_path: Path) -> Iterator[webdriver.C
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``cache_dir`` of this suite's workers."""
     return make_cache_dir(tmp_path_factory)
+
+
+@pytest.fixture
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model repository of the shipped examples and ``spin``, exported for this test alone."""
+    return export_repo(tmp_path_factory)

@@ -15,15 +15,13 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.support.wait import WebDriverWait
 
-from tests._e2e_support import export_repo
-from tests.gateway_e2e._gateway import running_gateway
+from tests.gateway_e2e._gateway import LPT, running_gateway
 from tests.worker_e2e._harness import running_worker
 
 from ._page import (
-    MODELS,
     PAGE_TIMEOUT_S,
-    RESIDENCIES,
     TRAFFIC,
+    lists_every_model,
     page_rows,
     page_state,
     screenshot,
@@ -35,16 +33,6 @@ from ._page import (
 pytestmark = pytest.mark.slow
 
 WORKERS = ("w0", "w1")
-LPT = {
-    "scheduling": {
-        "mode": "lpt_packing",
-        "first_rebalance_compute_seconds": 1e-6,
-        "rebalance_compute_seconds": 1e-6,
-        "compaction_mode": "off",
-    },
-    "startup_wait_seconds": 60,
-}
-"""``lpt_packing`` repacking after the first microsecond of compute (so a repack shows)."""
 
 
 def shows_everything(browser: webdriver.Chrome) -> bool:
@@ -57,9 +45,7 @@ def shows_everything(browser: webdriver.Chrome) -> bool:
     served = dict.fromkeys(TRAFFIC, 0)
     for name in WORKERS:
         rows = page_rows(browser, f'[data-gw-worker="{name}"]')
-        if set(rows) != set(MODELS):
-            return False
-        if any(residency not in RESIDENCIES for residency, _ in rows.values()):
+        if not lists_every_model(rows):
             return False
         for model in served:
             served[model] += rows[model][1]
@@ -69,11 +55,10 @@ def shows_everything(browser: webdriver.Chrome) -> bool:
 @pytest.mark.timeout(1200)  # the first run may install Chromium (see conftest)
 def test_gateway_page_shows_placement_and_every_worker(
     browser: webdriver.Chrome,
+    repo: Path,
     cache_dir: Path,
     tmp_path: Path,
-    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    repo = export_repo(tmp_path_factory)
     with contextlib.ExitStack() as stack:
         workers = [
             stack.enter_context(

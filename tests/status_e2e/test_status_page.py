@@ -20,15 +20,14 @@ from selenium import webdriver
 from selenium.webdriver.support.wait import WebDriverWait
 
 from reactantserver.core.protocol import control_pb2, control_pb2_grpc
-from tests._e2e_support import export_repo
 from tests.worker_e2e._bundles import SPIN
 from tests.worker_e2e._harness import WAIT_S, WorkerProcess, open_channel, running_worker
 
 from ._page import (
     MODELS,
     PAGE_TIMEOUT_S,
-    RESIDENCIES,
     TRAFFIC,
+    lists_every_model,
     page_rows,
     page_state,
     screenshot,
@@ -51,21 +50,16 @@ def set_cnn_weight(worker: WorkerProcess, weight: float) -> None:
 def shows_everything(browser: webdriver.Chrome) -> bool:
     """Every model listed with a residency, and a request count for those with traffic."""
     rows = page_rows(browser)
-    if set(rows) != set(MODELS):
-        return False
-    if any(residency not in RESIDENCIES for residency, _ in rows.values()):
-        return False
-    return all(rows[model][1] >= n for model, n in TRAFFIC.items())
+    return lists_every_model(rows) and all(rows[model][1] >= n for model, n in TRAFFIC.items())
 
 
 @pytest.mark.timeout(1200)  # the first run may install Chromium (see conftest)
 def test_page_shows_every_model_with_residency_and_traffic(
     browser: webdriver.Chrome,
+    repo: Path,
     cache_dir: Path,
     tmp_path: Path,
-    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    repo = export_repo(tmp_path_factory)
     env = worker_env(cache_dir, "status-demo")
     with running_worker(repo, tmp_path / "worker.log", env) as worker:
         set_cnn_weight(worker, 2.0)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import aiohttp
 from aiohttp import web
@@ -14,6 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from reactantserver.gateway._http import _SESSION, gateway_http_app, start_http
 from reactantserver.gateway._metrics import CONTENT_TYPE, GatewayMetrics
+
+from ._fake_workers import FakeWorkers, refused_port
 
 TIMEOUT = 0.3
 
@@ -36,52 +37,22 @@ worker_inflight_requests{{worker="{worker}"}} 1.0
 """
 
 
-class Workers:
-    """Fake worker HTTP ports on 127.0.0.1: canned, slow (until released) and failing ones."""
+class Workers(FakeWorkers):
+    """Fake worker ``/metrics`` ports: canned, slow (until released) and failing ones."""
 
     def __init__(self) -> None:
-        self.release = asyncio.Event()
-        self._runners: list[web.AppRunner] = []
-
-    async def serve(self, handler: Callable[[web.Request], Awaitable[web.Response]]) -> str:
-        app = web.Application()
-        app.router.add_get("/metrics", handler)
-        runner = await start_http(app, "127.0.0.1", 0)
-        self._runners.append(runner)
-        host, port = runner.addresses[0][:2]
-        return f"{host}:{port}"
+        super().__init__("/metrics")
 
     async def canned(self, worker: str) -> str:
-        async def handler(request: web.Request) -> web.Response:
-            return web.Response(text=canned(worker), content_type="text/plain")
-
-        return await self.serve(handler)
+        return await self.answering(
+            lambda: web.Response(text=canned(worker), content_type="text/plain")
+        )
 
     async def slow(self) -> str:
-        async def handler(request: web.Request) -> web.Response:
-            await self.release.wait()
-            return web.Response(text=canned("slow"))
-
-        return await self.serve(handler)
+        return await self.holding(lambda: web.Response(text=canned("slow")))
 
     async def failing(self) -> str:
-        async def handler(request: web.Request) -> web.Response:
-            return web.Response(status=500, text=canned("failing"))
-
-        return await self.serve(handler)
-
-    async def close(self) -> None:
-        self.release.set()
-        for runner in self._runners:
-            await runner.cleanup()
-
-
-@contextlib.contextmanager
-def refused_port() -> Iterator[str]:
-    """A bound but not listening port: connecting to it is refused."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        yield f"127.0.0.1:{sock.getsockname()[1]}"
+        return await self.answering(lambda: web.Response(status=500, text=canned("failing")))
 
 
 @contextlib.asynccontextmanager

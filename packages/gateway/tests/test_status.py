@@ -10,8 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import aiohttp
@@ -32,6 +31,8 @@ from reactantserver.gateway.config import (
     SchedulingConfig,
     SchedulingMode,
 )
+
+from ._fake_workers import FakeWorkers, refused_port
 
 TIMEOUT = 0.3
 SETTINGS = ChannelSettings(
@@ -74,58 +75,25 @@ def worker_document(name: str) -> WorkerStatus:
     }
 
 
-class Workers:
-    """Stand-in worker HTTP ports on 127.0.0.1 (real aiohttp servers)."""
+class Workers(FakeWorkers):
+    """Stand-in worker ``/status`` ports: a document, a failing, a slow and a garbled one."""
 
     def __init__(self) -> None:
-        self.release = asyncio.Event()
-        self._runners: list[web.AppRunner] = []
-
-    async def serve(self, handler: Callable[[web.Request], Awaitable[web.Response]]) -> str:
-        app = web.Application()
-        app.router.add_get("/status", handler)
-        runner = await start_http(app, "127.0.0.1", 0)
-        self._runners.append(runner)
-        host, port = runner.addresses[0][:2]
-        return f"{host}:{port}"
+        super().__init__("/status")
 
     async def document(self, name: str) -> str:
-        async def handler(request: web.Request) -> web.Response:
-            return web.json_response(worker_document(name))
-
-        return await self.serve(handler)
+        return await self.answering(lambda: web.json_response(worker_document(name)))
 
     async def failing(self) -> str:
-        async def handler(request: web.Request) -> web.Response:
-            return web.Response(status=500, text="boom")
-
-        return await self.serve(handler)
+        return await self.answering(lambda: web.Response(status=500, text="boom"))
 
     async def slow(self) -> str:
-        async def handler(request: web.Request) -> web.Response:
-            await self.release.wait()
-            return web.json_response(worker_document("slow"))
-
-        return await self.serve(handler)
+        return await self.holding(lambda: web.json_response(worker_document("slow")))
 
     async def garbled(self, body: str) -> str:
-        async def handler(request: web.Request) -> web.Response:
-            return web.Response(text=body, content_type="application/json")
-
-        return await self.serve(handler)
-
-    async def close(self) -> None:
-        self.release.set()
-        for runner in self._runners:
-            await runner.cleanup()
-
-
-@contextlib.contextmanager
-def refused_port() -> Iterator[str]:
-    """A bound but not listening port: connecting to it is refused."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        yield f"127.0.0.1:{sock.getsockname()[1]}"
+        return await self.answering(
+            lambda: web.Response(text=body, content_type="application/json")
+        )
 
 
 def links(*ready: bool) -> list[WorkerLink]:

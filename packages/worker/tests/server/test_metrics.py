@@ -6,7 +6,6 @@ import asyncio
 import concurrent.futures
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import attrs
 import grpc
@@ -16,31 +15,32 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from packages.worker.tests._fake_source import FakeSource
 from packages.worker.tests.conftest import BundleMaker, Tensor
 from reactantserver.core.config import Backend, ModelControlMode, RuntimeConfig, WorkerConfig
 from reactantserver.core.hooks import NamedTensor
 from reactantserver.core.types import InferRequest
-from reactantserver.core.weights import PrivateWeightStore
-from reactantserver.worker.dataplane import DataPlane
 from reactantserver.worker.registry import ModelEntry, ModelState
-from reactantserver.worker.runtime import ExecutableCache, Residency, WeightCache
+from reactantserver.worker.runtime import Residency
 from reactantserver.worker.runtime.budget import BudgetPolicy
-from reactantserver.worker.scheduler import Scheduler
 from reactantserver.worker.server.metrics import (
     CONTENT_TYPE,
     LATENCY_BUCKETS,
     WorkerMetrics,
     gpu_selector,
 )
-from reactantserver.worker.server.state import Runtime, WorkerState
-from reactantserver.worker.testing import MockBackend
+from reactantserver.worker.server.state import WorkerState
 
+from ._mock_runtime import mock_runtime, pool
 from ._world import start_world, world_config
 
-Array = np.ndarray[Any, Any]
+__all__ = ["pool"]  # fixtures, imported by name for pytest
+
 X = Tensor("x", "f32", "nk", {"k": 2})
 Y = Tensor("y", "f32", "nk", {"k": 2})
 W = np.array([10.0, 100.0], np.float32)
+BUDGET = 4096  # bytes of the mock runtimes' on-demand weight budget
+DEVICE_BYTES = 1 << 20  # bytes the mock device holds
 
 # Families present with no runtime (besides the default process/gc/platform collectors).
 IDENTITY = {
@@ -87,62 +87,6 @@ def ready(name: str) -> ModelEntry:
 
 def _scale(x: jax.Array, w: jax.Array) -> jax.Array:
     return x * w
-
-
-@attrs.define(eq=False)
-class ArraySource:
-    """A WeightSource over one in-memory uint8 array."""
-
-    size: int
-    floor: list[Array] | None = None
-
-    @property
-    def nbytes(self) -> int:
-        return self.size
-
-    @property
-    def host_resident(self) -> bool:
-        return self.floor is not None
-
-    def load(self) -> Sequence[Array]:
-        return self.floor if self.floor is not None else [np.zeros(self.size, np.uint8)]
-
-    def keep_host(self) -> None:
-        self.floor = [np.zeros(self.size, np.uint8)]
-
-    def drop_host(self) -> None:
-        self.floor = None
-
-
-@pytest.fixture
-def pool() -> Iterator[concurrent.futures.ThreadPoolExecutor]:
-    executor = concurrent.futures.ThreadPoolExecutor(1)
-    yield executor
-    executor.shutdown()
-
-
-def mock_runtime(
-    state: WorkerState,
-    pool: concurrent.futures.ThreadPoolExecutor,
-    *,
-    enabled: bool,
-    bytes_limit: int | None = 1 << 20,
-) -> Runtime:
-    """A runtime over the MockBackend (scheduler not started: nothing executes)."""
-    backend = MockBackend(bytes_limit=bytes_limit)
-    weights = WeightCache(backend, budget=4096, enabled=enabled)
-    scheduler = Scheduler(backend, weights)
-    return Runtime(
-        backend=backend,
-        platform="cpu",
-        device_kind="mock",
-        weights=weights,
-        executables=ExecutableCache(None, backend),
-        store=PrivateWeightStore(),
-        scheduler=scheduler,
-        dataplane=DataPlane(state.registry, scheduler, pool, limiter=state.limiter),
-        pool=pool,
-    )
 
 
 # -- labels ----------------------------------------------------------------------------------
@@ -309,11 +253,11 @@ def test_loads_and_limiter() -> None:
 
 def test_device_memory_pinned_weights_and_nvml(pool: concurrent.futures.ThreadPoolExecutor) -> None:
     state = WorkerState(WorkerConfig(), version="0")
-    runtime = mock_runtime(state, pool, enabled=True)
+    runtime = mock_runtime(state, pool, enabled=True, budget=BUDGET, bytes_limit=DEVICE_BYTES)
     state.runtime = runtime
-    runtime.weights.add_model("pinned", ArraySource(1000), Residency.PINNED_DEVICE)
-    runtime.weights.add_model("lazy", ArraySource(300), Residency.PINNED_SYSTEM)
-    runtime.weights.add_model("unlisted", ArraySource(5), Residency.PINNED_DEVICE)
+    runtime.weights.add_model("pinned", FakeSource(size=1000), Residency.PINNED_DEVICE)
+    runtime.weights.add_model("lazy", FakeSource(size=300), Residency.PINNED_SYSTEM)
+    runtime.weights.add_model("unlisted", FakeSource(size=5), Residency.PINNED_DEVICE)
     runtime.weights.acquire("lazy")
     for name in ("pinned", "lazy"):
         state.registry.put(ready(name))
@@ -356,8 +300,8 @@ def test_without_the_cache_or_device_stats_those_series_are_absent(
     pool: concurrent.futures.ThreadPoolExecutor,
 ) -> None:
     state = WorkerState(WorkerConfig(), version="0")
-    state.runtime = mock_runtime(state, pool, enabled=False, bytes_limit=None)
-    state.runtime.weights.add_model("m", ArraySource(64), Residency.UNPINNED)
+    state.runtime = mock_runtime(state, pool, enabled=False, budget=BUDGET)
+    state.runtime.weights.add_model("m", FakeSource(size=64), Residency.UNPINNED)
     state.registry.put(ready("m"))
     metrics = WorkerMetrics(state, environ={})
     names = families(metrics)

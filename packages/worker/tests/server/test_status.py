@@ -11,87 +11,32 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import attrs
 import jax
 import numpy as np
 import pytest
 from aiohttp import web
 
+from packages.worker.tests._fake_source import SIZE, FakeSource
 from packages.worker.tests.conftest import BundleMaker, Tensor
 from reactantserver.core import status as schema
 from reactantserver.core.config import ModelSchedulingConfig, SchedulerConfig, WorkerConfig
 from reactantserver.core.hooks import NamedTensor
 from reactantserver.core.types import InferRequest
-from reactantserver.core.weights import PrivateWeightStore
-from reactantserver.worker.dataplane import DataPlane
 from reactantserver.worker.registry import ModelEntry, ModelState
-from reactantserver.worker.runtime import ExecutableCache, Residency, WeightCache
-from reactantserver.worker.scheduler import Scheduler
+from reactantserver.worker.runtime import Residency
 from reactantserver.worker.server.http import http_app, start_http
 from reactantserver.worker.server.metrics import WorkerMetrics
-from reactantserver.worker.server.state import Runtime, WorkerState
+from reactantserver.worker.server.state import WorkerState
 from reactantserver.worker.server.status import add_status_routes, worker_status
-from reactantserver.worker.testing import MockBackend
 
+from ._mock_runtime import mock_runtime, pool
 from ._world import start_world, world_config
 
-Array = np.ndarray[Any, Any]
+__all__ = ["pool"]  # fixtures, imported by name for pytest
+
 X = Tensor("x", "f32", "nk", {"k": 2})
 Y = Tensor("y", "f32", "nk", {"k": 2})
 W = np.array([10.0, 100.0], np.float32)
-SIZE = 1000  # bytes of one mock model's weights
-
-
-@attrs.define(eq=False)
-class ArraySource:
-    """A WeightSource over one in-memory uint8 array."""
-
-    size: int = SIZE
-    floor: list[Array] | None = None
-
-    @property
-    def nbytes(self) -> int:
-        return self.size
-
-    @property
-    def host_resident(self) -> bool:
-        return self.floor is not None
-
-    def load(self) -> Sequence[Array]:
-        return self.floor if self.floor is not None else [np.zeros(self.size, np.uint8)]
-
-    def keep_host(self) -> None:
-        self.floor = [np.zeros(self.size, np.uint8)]
-
-    def drop_host(self) -> None:
-        self.floor = None
-
-
-@pytest.fixture
-def pool() -> Iterator[concurrent.futures.ThreadPoolExecutor]:
-    executor = concurrent.futures.ThreadPoolExecutor(1)
-    yield executor
-    executor.shutdown()
-
-
-def mock_runtime(
-    state: WorkerState, pool: concurrent.futures.ThreadPoolExecutor, *, enabled: bool
-) -> Runtime:
-    """A runtime over the MockBackend with a budget of one model (scheduler not started)."""
-    backend = MockBackend()
-    weights = WeightCache(backend, budget=SIZE, enabled=enabled)
-    scheduler = Scheduler(backend, weights)
-    return Runtime(
-        backend=backend,
-        platform="cpu",
-        device_kind="mock",
-        weights=weights,
-        executables=ExecutableCache(None, backend),
-        store=PrivateWeightStore(),
-        scheduler=scheduler,
-        dataplane=DataPlane(state.registry, scheduler, pool, limiter=state.limiter),
-        pool=pool,
-    )
 
 
 def by_name(doc: schema.WorkerStatus) -> dict[str, schema.ModelStatus]:
@@ -164,12 +109,12 @@ def test_residency_budget_and_churn_from_the_weight_cache(
     pool: concurrent.futures.ThreadPoolExecutor,
 ) -> None:
     state = WorkerState(WorkerConfig(worker_name="w3"), version="0.1.0")
-    runtime = state.runtime = mock_runtime(state, pool, enabled=True)
+    runtime = state.runtime = mock_runtime(state, pool, enabled=True, budget=SIZE)
     cache = runtime.weights
-    cache.add_model("pin", ArraySource(300), Residency.PINNED_DEVICE)
-    cache.add_model("a", ArraySource(), Residency.PINNED_SYSTEM)
-    cache.add_model("b", ArraySource(), Residency.UNPINNED)
-    cache.add_model("hidden", ArraySource(10), Residency.UNPINNED)  # not in the registry
+    cache.add_model("pin", FakeSource(size=300), Residency.PINNED_DEVICE)
+    cache.add_model("a", FakeSource(), Residency.PINNED_SYSTEM)
+    cache.add_model("b", FakeSource(), Residency.UNPINNED)
+    cache.add_model("hidden", FakeSource(size=10), Residency.UNPINNED)  # not in the registry
     for name in ("pin", "a", "b"):
         state.registry.put(ModelEntry(name, ModelState.READY))
     for name in "aba":  # the budget holds one model: b, then a, are evicted once each
@@ -196,8 +141,8 @@ def test_residency_budget_and_churn_from_the_weight_cache(
 
 def test_without_the_cache_there_is_no_budget(pool: concurrent.futures.ThreadPoolExecutor) -> None:
     state = WorkerState(WorkerConfig(), version="0.1.0")
-    runtime = state.runtime = mock_runtime(state, pool, enabled=False)
-    runtime.weights.add_model("m", ArraySource(64), Residency.UNPINNED)
+    runtime = state.runtime = mock_runtime(state, pool, enabled=False, budget=SIZE)
+    runtime.weights.add_model("m", FakeSource(size=64), Residency.UNPINNED)
     state.registry.put(ModelEntry("m", ModelState.READY))
     doc = worker_status(state, uptime_seconds=0.0)
     assert doc["device"] == {

@@ -133,9 +133,10 @@ class StatusSource:
                 name: p.workers for name, p in policy.placement.items()
             }
         else:
-            ready = {worker.url for worker in self.workers if worker.ready}
+            # The routing table lists replicas in discovery order; show the configured order.
+            ready = [worker.url for worker in self.workers if worker.ready]
             placed = {
-                name: [url for url in urls if url in ready] for name, urls in self.routes().items()
+                name: [url for url in ready if url in urls] for name, urls in self.routes().items()
             }
         return [
             {"model": name, "workers": [labels.get(url, url) for url in placed[name]]}
