@@ -7,7 +7,9 @@ statistics after its result sees its dispatch.
 
 from __future__ import annotations
 
+import functools
 import logging
+import time
 from collections.abc import Callable, Sequence
 
 from reactantserver.core.config import SchedulingDiscipline
@@ -18,6 +20,7 @@ from reactantserver.worker.scheduler._execute import Execution, execute
 from reactantserver.worker.scheduler._state import SchedulerState
 from reactantserver.worker.scheduler.planning import fit_batch
 from reactantserver.worker.scheduler.queue import Pending, State, resolve_all
+from reactantserver.worker.scheduler.stats import ModelStats
 
 __all__ = ["Dispatcher"]
 
@@ -38,6 +41,18 @@ class Dispatcher:
         self._backend = backend
         self._cache = cache
         self._clock = clock
+        self._cpu_mark_ns = time.thread_time_ns()
+
+    def reset_cpu_mark(self) -> None:
+        """Start the next dispatch's CPU charge now (the dispatch thread's clock)."""
+        self._cpu_mark_ns = time.thread_time_ns()
+
+    def _charge_cpu_locked(self, stats: ModelStats) -> None:
+        # Everything this thread did since the last charge (waking, selecting, assembling,
+        # running, slicing; the previous delivery) is this dispatch's (worker_stage_cpu).
+        now = time.thread_time_ns()
+        stats.dispatch_cpu_ns += now - self._cpu_mark_ns
+        self._cpu_mark_ns = now
 
     def dispatch(self, taken: list[Pending], batch: int) -> None:
         model = taken[0].model
@@ -106,6 +121,7 @@ class Dispatcher:
                 request.state = State.DONE
             stats = self._s.stats.get(name)
             if stats is not None:
+                self._charge_cpu_locked(stats)
                 stats.record_dispatch(
                     batch=done.batch,
                     requests=len(requests),
@@ -118,7 +134,10 @@ class Dispatcher:
             self._s.costs.record(name, done.batch, done.seconds)
             self._s.load.add(name, done.seconds, now)
             self._s.release_locked(requests)
-        resolve_all([(r.completion, out) for r, out in zip(requests, done.results, strict=True)])
+        resolve_all(
+            [(r.completion, out) for r, out in zip(requests, done.results, strict=True)],
+            functools.partial(self._s.charge_queue, name),
+        )
 
     def settle(self, requests: Sequence[Pending], exc: BaseException) -> None:
         """Fail requests that did not get results."""
@@ -129,6 +148,7 @@ class Dispatcher:
             for request in pending:
                 request.state = State.DONE
             if pending and (stats := self._s.stats.get(pending[0].model.name)) is not None:
+                self._charge_cpu_locked(stats)
                 stats.failed += len(pending)
             self._s.release_locked(pending)
 

@@ -169,4 +169,10 @@ class SchedulerState:
             self.controls.append((model.on_drained, None))
             self.cond.notify()
 
+    def charge_queue(self, name: str, ns: int) -> None:
+        """Add thread CPU nanoseconds to ``name``'s queue stage (a ``resolve_all`` charge)."""
+        with self.cond:
+            if (stats := self.stats.get(name)) is not None:
+                stats.queue_cpu_ns += ns
+
     # -- dispatch (outside the lock) -------------------------------------------------------

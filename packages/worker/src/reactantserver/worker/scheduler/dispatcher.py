@@ -174,6 +174,7 @@ class Scheduler:
         ``tensors`` are executable-level (after ``preprocess``). ``priority`` < 1 means the
         configured default; ``committed`` marks a meta sub-call.
         """
+        started = time.thread_time_ns()
         model = self.model(name)
         if model is None:
             raise ModelNotFoundError(f"Request for unknown model: '{name}' is not found")
@@ -213,6 +214,7 @@ class Scheduler:
             if committed:
                 self._s.committed.append(request)
             self._s.cond.notify()
+            self._s.stats[name].queue_cpu_ns += time.thread_time_ns() - started
             return request
 
     async def infer(
@@ -406,6 +408,7 @@ class Scheduler:
 
         Returns whether there was anything to do.
         """
+        self._dispatcher.reset_cpu_mark()
         work = self._next(wait=False)
         if work is None:
             return False
@@ -414,6 +417,7 @@ class Scheduler:
 
     def _run(self) -> None:
         try:
+            self._dispatcher.reset_cpu_mark()
             while (work := self._next(wait=True)) is not None:
                 self._do(work)
         except BaseException:  # a bug here must still answer every caller (below)
@@ -447,6 +451,8 @@ class Scheduler:
     def _do(self, work: Work) -> None:
         for fn, future in work.controls:
             self._run_control(fn, future)
+        if work.controls:
+            self._dispatcher.reset_cpu_mark()  # loads and other commands are no request's work
         for request in work.expired:
             request.completion.fail(
                 DeadlineExceededError(

@@ -57,6 +57,8 @@ class StatsSnapshot:
     cancelled: int = 0
     shed: int = 0
     last_dispatch_ns: int = 0
+    queue_cpu_ns: int = 0
+    dispatch_cpu_ns: int = 0
 
     @property
     def batch_histogram(self) -> dict[int, int]:
@@ -87,6 +89,12 @@ class ModelStats:
     shed: int = 0
     """Requests refused because the model's queue was full."""
     last_dispatch_ns: int = 0
+    queue_cpu_ns: int = 0
+    """Thread CPU of admission (``submit``) and of settling results on the caller's loop."""
+    dispatch_cpu_ns: int = 0
+    """Dispatch-thread CPU charged at each execution of this model: all that thread did since
+    its previous charge (wake-up, selection, assembly, transfers, execution, slicing, the
+    previous delivery), control commands excepted."""
 
     def record_waits(self, waits_ns: Sequence[int]) -> None:
         """Queue waits of requests entering a dispatch."""

@@ -332,12 +332,15 @@ class InferenceService:
         self, message: pb.ModelInferRequest, time_remaining: float | None
     ) -> pb.ModelInferResponse:
         runtime = self._serving_runtime(message.model_name)
+        # The codec stages' CPU on this thread (worker_stage_cpu_seconds_total).
+        started = time.thread_time_ns()
         request = codec.decode_request(
             message,
             registry=self.state.shm,
             max_recv_msg_bytes=self.state.config.grpc.max_recv_msg_bytes,
             grpc_time_remaining=time_remaining,
         )
+        decode_ns, encode_ns = time.thread_time_ns() - started, 0
         try:
             entry = self.state.registry.resolve(request.model_name, request.model_version)
             reason = self.state.unavailable_reason(entry)
@@ -346,11 +349,15 @@ class InferenceService:
                     reason = "not resident (explicit mode); pin it first"
                 raise ModelUnavailableError(f"model '{entry.name}' is {_unready(reason)}")
             response = await runtime.dataplane.infer(request)
-            return codec.encode_response(
+            started = time.thread_time_ns()
+            answer = codec.encode_response(
                 response, requested=request.outputs, registry=self.state.shm
             )
+            encode_ns = time.thread_time_ns() - started
+            return answer
         finally:
             request.release()
+            self.state.observe_codec_cpu(request.model_name, decode_ns, encode_ns)
 
     def _serving_runtime(self, model: str) -> Runtime:
         if self.state.stopping:

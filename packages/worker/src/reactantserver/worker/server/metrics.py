@@ -20,6 +20,11 @@ Decisions the spec leaves open:
   ``*_created`` series are dropped.
 * The weight cache belongs to the dispatch thread: a scrape only reads its counters and
   per-model flags and skips a model removed meanwhile, so it never waits for an execution.
+* ``worker_stage_cpu_seconds_total{model, stage}`` (beyond 12) splits the server's CPU per
+  request by stage (:data:`CPU_STAGES`): decode and encode are counted as they happen
+  (:meth:`WorkerMetrics.observe_codec_cpu`), queue and dispatch by the scheduler. The rest of
+  the process's CPU (transport, handler glue, XLA's own threads) is
+  ``process_cpu_seconds_total`` minus their sum.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from reactantserver.worker.server.state import Runtime, WorkerState
 
 __all__ = [
     "CONTENT_TYPE",
+    "CPU_STAGES",
     "DEFAULT_WORKER_LABEL",
     "LATENCY_BUCKETS",
     "WorkerMetrics",
@@ -65,6 +71,12 @@ LATENCY_BUCKETS = tuple(0.001 * 2**k for k in range(14))
 DEFAULT_WORKER_LABEL = "worker"
 """The ``worker`` label of a worker without ``worker_name`` (standalone or embedded)."""
 
+CPU_STAGES = ("decode", "queue", "dispatch", "encode")
+"""The ``stage`` labels of ``worker_stage_cpu_seconds_total``, in request order: decoding the
+wire message, admission and the wake-up on the caller's loop, the dispatch thread's turn
+(selection, assembly, transfers, execution, slicing) shared by the requests it served, and
+encoding the answer. Each is thread CPU time (``time.thread_time_ns``) where the work runs."""
+
 _HELP = {
     "worker_dispatch_total": "Executions.",
     "worker_compute_seconds_total": "Measured compute seconds.",
@@ -74,6 +86,7 @@ _HELP = {
     "worker_requests_served_total": "Requests served by an execution.",
     "worker_rows_served_total": "Executable rows served.",
     "worker_requests_cancelled_total": "Requests cancelled while queued.",
+    "worker_stage_cpu_seconds_total": "Thread CPU seconds of requests by stage.",
     "worker_model_resident": "1 if the model's weights are on the device.",
     "worker_model_pinned": "1 if the model is PINNED_DEVICE.",
     "worker_model_weight_bytes": "Bytes of the model's weights.",
@@ -215,6 +228,8 @@ class WorkerMetrics:
         self._lock = threading.Lock()
         # (model, status) -> its counter and latency children: one dict hit per request.
         self._children: dict[tuple[str, grpc.StatusCode], tuple[Counter, Histogram]] = {}
+        # model -> [decode ns, encode ns] (the other stages are the scheduler's counters).
+        self._codec_ns: dict[str, list[int]] = {}
         self.registry: CollectorRegistry = _LabelledRegistry(self._constant_labels)
         self._requests = Counter(
             "worker_requests_total",
@@ -229,11 +244,12 @@ class WorkerMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
-        self.registry.register(_StateCollector(state, process_memory))
+        self.registry.register(_StateCollector(state, process_memory, self.codec_cpu))
         ProcessCollector(registry=self.registry)
         GCCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         state.observe_request = self.observe_request
+        state.observe_codec_cpu = self.observe_codec_cpu
         state.forget_model = self.forget_model
 
     def _constant_labels(self) -> dict[str, str]:
@@ -259,9 +275,26 @@ class WorkerMetrics:
             counter.inc()
             histogram.observe(seconds)
 
+    def observe_codec_cpu(self, model: str, decode_ns: int, encode_ns: int) -> None:
+        """Add one request's decode and encode CPU (a :data:`CodecObserver`)."""
+        with self._lock:
+            codec = self._codec_ns.get(model)
+            if codec is None:
+                if self._state.registry.get(model) is None:
+                    return
+                codec = self._codec_ns[model] = [0, 0]
+            codec[0] += decode_ns
+            codec[1] += encode_ns
+
+    def codec_cpu(self) -> dict[str, tuple[int, int]]:
+        """Model -> (decode ns, encode ns) so far."""
+        with self._lock:
+            return {name: (d, e) for name, (d, e) in self._codec_ns.items()}
+
     def forget_model(self, name: str) -> None:
         """Drop the request series of ``name`` (after it left the registry)."""
         with self._lock:
+            self._codec_ns.pop(name, None)
             keys = [key for key in self._children if key[0] == name]
             if not keys:
                 return
@@ -288,9 +321,15 @@ def _platform(state: WorkerState) -> str:
 class _StateCollector(Collector):
     """Every family read from the state at scrape time (all but the request metrics)."""
 
-    def __init__(self, state: WorkerState, process_memory: Callable[[], int | None]) -> None:
+    def __init__(
+        self,
+        state: WorkerState,
+        process_memory: Callable[[], int | None],
+        codec_cpu: Callable[[], Mapping[str, tuple[int, int]]],
+    ) -> None:
         self._state = state
         self._process_memory = process_memory
+        self._codec_cpu = codec_cpu
 
     def collect(self) -> Iterator[Metric]:
         """The families, read now."""
@@ -318,6 +357,7 @@ class _StateCollector(Collector):
             out.counter("worker_model_load_failures_total", record.failures, model=name)
         if runtime is not None:
             _scheduler(out, stats, entries)
+            _stages(out, stats, self._codec_cpu(), entries)
             _weights(out, runtime, entries)
             self._device(out, runtime)
             counters = runtime.executables.counters
@@ -390,6 +430,22 @@ def _scheduler(
         out.counter("worker_requests_served_total", s.requests_served, model=name)
         out.counter("worker_rows_served_total", s.rows_served, model=name)
         out.counter("worker_requests_cancelled_total", s.cancelled, model=name)
+
+
+def _stages(
+    out: _Families,
+    stats: Mapping[str, StatsSnapshot],
+    codec: Mapping[str, tuple[int, int]],
+    entries: Mapping[str, ModelEntry],
+) -> None:
+    for name in entries:
+        s, c = stats.get(name), codec.get(name)
+        if s is None and c is None:
+            continue
+        decode, encode = c or (0, 0)
+        queue, dispatch = (0, 0) if s is None else (s.queue_cpu_ns, s.dispatch_cpu_ns)
+        for stage, ns in zip(CPU_STAGES, (decode, queue, dispatch, encode), strict=True):
+            out.counter("worker_stage_cpu_seconds_total", ns * 1e-9, model=name, stage=stage)
 
 
 def _weights(out: _Families, runtime: Runtime, entries: Mapping[str, ModelEntry]) -> None:

@@ -43,14 +43,22 @@ if TYPE_CHECKING:
     from reactantserver.worker.server.lifecycle import ModelLifecycle
     from reactantserver.worker.server.watcher import RepositoryWatcher
 
-__all__ = ["ModelLoadRecord", "RequestObserver", "Runtime", "WorkerState"]
+__all__ = ["CodecObserver", "ModelLoadRecord", "RequestObserver", "Runtime", "WorkerState"]
 
 RequestObserver = Callable[[str, grpc.StatusCode, float], None]
 """Called once per finished inference request: ``(model, final status, handler seconds)``."""
 
+CodecObserver = Callable[[str, int, int], None]
+"""Called once per decoded inference request: ``(model, decode ns, encode ns)``, the event-loop
+thread's CPU (``time.thread_time_ns``) in ``codec.decode_request`` and ``encode_response``."""
+
 
 def _ignore(model: str, status: grpc.StatusCode, seconds: float) -> None:
     del model, status, seconds
+
+
+def _ignore_codec(model: str, decode_ns: int, encode_ns: int) -> None:
+    del model, decode_ns, encode_ns
 
 
 def _ignore_name(model: str) -> None:
@@ -103,6 +111,8 @@ class WorkerState:
     loads: dict[str, ModelLoadRecord] = attrs.Factory(dict)
     observe_request: RequestObserver = _ignore
     """Replaced by the metrics so each finished request is counted once."""
+    observe_codec_cpu: CodecObserver = _ignore_codec
+    """Replaced by the metrics: the decode and encode stages of ``worker_stage_cpu_seconds``."""
     forget_model: Callable[[str], None] = _ignore_name
     """Called when a model name leaves (unload, rename); the metrics drop its series."""
     lifecycle: ModelLifecycle | None = None
