@@ -14,6 +14,7 @@ one of them fails loudly there first::
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Sequence
 from importlib.metadata import version as _dist_version
@@ -21,6 +22,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax._src import core as _jax_core
 from jax._src.interpreters import mlir as _jax_mlir
 from jax.extend import backend as _jax_backend
 from jaxlib import xla_client as _xc
@@ -76,6 +78,13 @@ def _tensor_type(mlir_type: _ir.Type, where: str) -> TensorType:
     return TensorType(dtype, shape)
 
 
+@functools.lru_cache(maxsize=1024)
+def _abstract(shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+    # What ``jax.device_put`` derives from a numpy array (dtype canonicalised as jax is
+    # configured), cached: requests repeat a handful of shapes.
+    return _jax_core.shaped_abstractify(np.empty(shape, dtype))
+
+
 class JaxBackend:
     """One device of a jax PJRT client (``platform`` ``cpu`` or ``cuda``)."""
 
@@ -83,6 +92,12 @@ class JaxBackend:
         name = PLATFORM_ALIASES.get(platform)
         if name is None:
             raise ValueError(f"unknown backend platform {platform!r}")
+        if name == "cpu":
+            # Run CPU programs on the calling (dispatch) thread, which waits for every result
+            # anyway: async dispatch hands each run to an XLA pool thread and back, which
+            # costs more CPU than a small model's compute. Read once, when jax creates its
+            # CPU client; without effect if something in this process created it already.
+            jax.config.update("jax_cpu_enable_async_dispatch", False)
         self._client = _jax_backend.get_backend(name)
         devices = self._client.local_devices()
         if not 0 <= device_ordinal < len(devices):
@@ -91,6 +106,7 @@ class JaxBackend:
             )
         self._device = devices[device_ordinal]
         self._devices = _xc.DeviceList((self._device,))
+        self._sharding = jax.sharding.SingleDeviceSharding(self._device)
         self.platform: str = name
         self.device_kind: str = str(self._device.device_kind)
         self.version_material: str = "|".join(
@@ -150,8 +166,14 @@ class JaxBackend:
     # -- buffers and execution -----------------------------------------------------------
 
     def to_device(self, host: np.ndarray[Any, Any]) -> DeviceBuffer:
-        """Copy ``host`` to the device and wait for the copy to finish."""
-        buf = jax.device_put(host, self._device)
+        """Copy ``host`` to the device and wait for the copy to finish.
+
+        The call ``jax.device_put`` ends in for one numpy array on one device, without its
+        ~20 us of Python dispatch per call (pytrees, sharding and copy-semantics checks).
+        """
+        buf = _xc.batched_device_put(
+            _abstract(host.shape, host.dtype), self._sharding, [host], [self._device]
+        )
         buf.block_until_ready()
         return buf
 
