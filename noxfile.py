@@ -7,6 +7,7 @@ Sessions:
                    gateway and node leave jax out of sys.modules
   lint             ruff (lint + format check) and mypy
   proto            regenerate the checked-in protobuf code and fail if it differs from git
+  bench            the benchmark suite (not in the default sessions; ~15 min on 2 cores)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ JAX_FREE = ("core", "client", "gateway", "node")
 TEST_REQUIREMENTS = ROOT / "requirements" / "test.txt"
 PROTO_REQUIREMENTS = ROOT / "requirements" / "proto.txt"
 LINT_REQUIREMENTS = ROOT / "requirements" / "lint.txt"
+BENCH_REQUIREMENTS = ROOT / "requirements" / "bench.txt"
 PROTO_OUT = str(ROOT / "packages/core/src")
 PROTO_GENERATED = "packages/core/src/reactantserver/core/_proto"
 
@@ -138,3 +140,17 @@ def proto(session: nox.Session) -> None:
             "generated protobuf code differs from git; commit the regenerated files:\n"
             + str(status)
         )
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Every benchmark in its suite size: bench/results/<date>-<machine>.{json,md} and plots.
+
+    Arguments go to ``python -m bench.suite`` (``nox -s bench -- --only density``). A full run
+    (no arguments) in which every benchmark passed then writes its figures into
+    docs/performance.md; the session fails when any benchmark failed (the report says which).
+    """
+    session.install(*_editable_all(), "-r", str(BENCH_REQUIREMENTS))
+    session.run("python", "-m", "bench.suite", *session.posargs)
+    if not session.posargs:
+        session.run("python", "-m", "bench.suite", "--update-docs")

@@ -1,12 +1,16 @@
 """Closed-loop load from stock ``tritonclient`` for ``bench.worker_grpc``.
 
-``concurrency`` clients, each with its own ``InferenceServerClient``, send one-row requests
-back to back: the next one as soon as the previous answer is decoded. Three kinds of client:
+``concurrency`` clients, each with its own ``InferenceServerClient``, send requests (one row
+each unless ``rows`` says more) back to back: the next one as soon as the previous answer is
+decoded. Three kinds of client:
 
 - ``threads``: sync ``tritonclient.grpc``, one thread per client. The gRPC core releases the
   GIL while a call waits, so the threads only contend for the Python part of each call.
 - ``asyncio`` / ``uvloop``: ``tritonclient.grpc.aio``, one task per client on one event loop
   (the stdlib loop or uvloop).
+
+``route`` (optional) names the model of each request, called once per request from any
+client: the model set of ``model``'s input shape (e.g. copies of the CNN) in a chosen order.
 
 A request counts when its answer arrives inside the window (``warmup_s`` after the start, for
 ``duration_s``); its latency is from just before ``infer`` to just after the output is decoded.
@@ -26,7 +30,21 @@ from typing import Any
 import attrs
 import numpy as np
 
-__all__ = ["CLIENT_KINDS", "INPUTS", "MODELS", "CpuSampler", "Load", "combine", "run_load"]
+__all__ = [
+    "CLIENT_KINDS",
+    "INPUTS",
+    "MODELS",
+    "CpuSampler",
+    "Load",
+    "Route",
+    "Window",
+    "closed_loop",
+    "combine",
+    "on_threads",
+    "run_load",
+    "run_window",
+    "sample_cpu",
+]
 
 CLIENT_KINDS = ("threads", "asyncio", "uvloop")
 #: Model -> (input name, one-row shape, output name, output shape), as the examples export them.
@@ -38,6 +56,8 @@ MODELS = tuple(INPUTS)
 
 #: Reads the server's CPU seconds so far, by thread group; None where it cannot.
 CpuSampler = Callable[[], Mapping[str, float] | None]
+#: Names the model of the next request (thread-safe: every client calls it).
+Route = Callable[[], str]
 
 # The client's default channel options plus a private subchannel pool: without it every
 # client of the process shares one HTTP/2 connection (gRPC pools subchannels globally).
@@ -126,7 +146,7 @@ def _pct(ordered: list[int], q: float) -> float:
     return float(ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.5) - 1))])
 
 
-class _Window:
+class Window:
     """The measuring window's edges, and the per-client records of answers inside it."""
 
     def __init__(self, concurrency: int, warmup_s: float, duration_s: float) -> None:
@@ -148,23 +168,23 @@ class _Window:
                 self.first_error = f"{type(exc).__name__}: {exc}"
 
 
-def _inputs(model: str, seed: int) -> tuple[list[Any], str, tuple[int, ...]]:
+def _inputs(model: str, seed: int, rows: int = 1) -> tuple[list[Any], str, tuple[int, ...]]:
     from tritonclient.grpc import InferInput
 
-    name, shape, output, out_shape = INPUTS[model]
+    name, one, output, one_out = INPUTS[model]
+    shape, out_shape = (rows, *one[1:]), (rows, *one_out[1:])
     data = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
     tensor = InferInput(name, list(shape), "FP32")
     tensor.set_data_from_numpy(data)
     return [tensor], output, out_shape
 
 
-def _check(result: Any, output: str, shape: tuple[int, ...]) -> None:
-    got = result.as_numpy(output)
+def _check(got: Any, output: str, shape: tuple[int, ...]) -> None:
     if got is None or tuple(got.shape) != shape:
         raise RuntimeError(f"output {output!r} is {got!r}, expected shape {shape}")
 
 
-def _sample_cpu(window: _Window, server_cpu: CpuSampler, out: dict[str, Any]) -> None:
+def sample_cpu(window: Window, server_cpu: CpuSampler, out: dict[str, Any]) -> None:
     """At the window's edges, read this process's CPU time and the server's (per group)."""
     marks = []
     for edge in (window.start_ns, window.end_ns):
@@ -177,27 +197,29 @@ def _sample_cpu(window: _Window, server_cpu: CpuSampler, out: dict[str, Any]) ->
         out["server"] = {k: max(0.0, v - s0.get(k, 0.0)) for k, v in s1.items()}
 
 
-def _load_threads(url: str, model: str, window: _Window, concurrency: int) -> None:
-    import tritonclient.grpc as grpcclient
+def closed_loop(
+    window: Window, i: int, infer: Callable[[], Any], check: Callable[[Any], None]
+) -> None:
+    """Client ``i``: one checked ``infer()``, then calls back to back until the window closes.
 
-    def client(i: int) -> None:
-        inputs, output, shape = _inputs(model, i)
-        triton = grpcclient.InferenceServerClient(url, channel_args=_CHANNEL_ARGS)
-        try:
-            _check(triton.infer(model, inputs), output, shape)
-            while time.perf_counter_ns() < window.end_ns:
-                begin = time.perf_counter_ns()
-                try:
-                    triton.infer(model, inputs).as_numpy(output)
-                except Exception as exc:  # counted and reported
-                    window.error(exc)
-                    continue
-                window.record(i, begin, time.perf_counter_ns())
-        except Exception as exc:  # counted and reported
-            window.error(exc)
-        finally:
-            triton.close()
+    ``infer`` sends one request and decodes its answer; errors are counted, not raised.
+    """
+    try:
+        check(infer())
+        while time.perf_counter_ns() < window.end_ns:
+            begin = time.perf_counter_ns()
+            try:
+                infer()
+            except Exception as exc:  # counted and reported
+                window.error(exc)
+                continue
+            window.record(i, begin, time.perf_counter_ns())
+    except Exception as exc:  # counted and reported
+        window.error(exc)
 
+
+def on_threads(concurrency: int, client: Callable[[int], None]) -> None:
+    """Run ``client(i)`` for each of ``concurrency`` clients on its own thread; wait for all."""
     threads = [threading.Thread(target=client, args=(i,)) for i in range(concurrency)]
     for t in threads:
         t.start()
@@ -205,18 +227,41 @@ def _load_threads(url: str, model: str, window: _Window, concurrency: int) -> No
         t.join()
 
 
-async def _load_async(url: str, model: str, window: _Window, concurrency: int) -> None:
+def _load_threads(
+    url: str, model: str, window: Window, concurrency: int, route: Route, *, rows: int
+) -> None:
+    import tritonclient.grpc as grpcclient
+
+    def client(i: int) -> None:
+        inputs, output, shape = _inputs(model, i, rows)
+        triton = grpcclient.InferenceServerClient(url, channel_args=_CHANNEL_ARGS)
+        try:
+            closed_loop(
+                window,
+                i,
+                lambda: triton.infer(route(), inputs).as_numpy(output),
+                lambda got: _check(got, output, shape),
+            )
+        finally:
+            triton.close()
+
+    on_threads(concurrency, client)
+
+
+async def _load_async(
+    url: str, model: str, window: Window, concurrency: int, route: Route, *, rows: int
+) -> None:
     import tritonclient.grpc.aio as aioclient
 
     async def client(i: int) -> None:
-        inputs, output, shape = _inputs(model, i)
+        inputs, output, shape = _inputs(model, i, rows)
         triton = aioclient.InferenceServerClient(url, channel_args=_CHANNEL_ARGS)
         try:
-            _check(await triton.infer(model, inputs), output, shape)
+            _check((await triton.infer(route(), inputs)).as_numpy(output), output, shape)
             while time.perf_counter_ns() < window.end_ns:
                 begin = time.perf_counter_ns()
                 try:
-                    (await triton.infer(model, inputs)).as_numpy(output)
+                    (await triton.infer(route(), inputs)).as_numpy(output)
                 except Exception as exc:  # counted and reported
                     window.error(exc)
                     continue
@@ -238,27 +283,60 @@ def run_load(
     warmup_s: float,
     duration_s: float,
     server_cpu: CpuSampler,
+    route: Route | None = None,
+    rows: int = 1,
 ) -> Load:
-    """Drive ``url`` with ``concurrency`` closed-loop ``kind`` clients sending to ``model``."""
+    """Drive ``url`` with ``concurrency`` closed-loop ``kind`` clients sending to ``model``
+    (or, with ``route``, to the model it names for each request; ``model`` gives the inputs),
+    each request ``rows`` rows (random, fixed per client)."""
     if kind not in CLIENT_KINDS:
         raise ValueError(f"unknown client kind {kind!r}; expected one of {CLIENT_KINDS}")
-    window = _Window(concurrency, warmup_s, duration_s)
-    cpu: dict[str, Any] = {}
-    sampler = threading.Thread(target=_sample_cpu, args=(window, server_cpu, cpu), daemon=True)
-    sampler.start()
-    if kind == "threads":
-        _load_threads(url, model, window, concurrency)
-    elif kind == "asyncio":
-        asyncio.run(_load_async(url, model, window, concurrency))
-    else:
-        import uvloop
 
-        uvloop.run(_load_async(url, model, window, concurrency))
+    name = route or (lambda: model)
+
+    def drive(window: Window) -> None:
+        if kind == "threads":
+            _load_threads(url, model, window, concurrency, name, rows=rows)
+        elif kind == "asyncio":
+            asyncio.run(_load_async(url, model, window, concurrency, name, rows=rows))
+        else:
+            import uvloop
+
+            uvloop.run(_load_async(url, model, window, concurrency, name, rows=rows))
+
+    return run_window(
+        drive,
+        model=model,
+        concurrency=concurrency,
+        client=kind,
+        warmup_s=warmup_s,
+        duration_s=duration_s,
+        server_cpu=server_cpu,
+    )
+
+
+def run_window(
+    drive: Callable[[Window], None],
+    *,
+    model: str,
+    concurrency: int,
+    client: str,
+    warmup_s: float,
+    duration_s: float,
+    server_cpu: CpuSampler,
+) -> Load:
+    """One measuring window: ``drive(window)`` runs the clients while a helper thread samples
+    CPU time at the window's edges; what they recorded becomes a :class:`Load`."""
+    window = Window(concurrency, warmup_s, duration_s)
+    cpu: dict[str, Any] = {}
+    sampler = threading.Thread(target=sample_cpu, args=(window, server_cpu, cpu), daemon=True)
+    sampler.start()
+    drive(window)
     sampler.join()
     return Load(
         model=model,
         concurrency=concurrency,
-        client=kind,
+        client=client,
         duration_s=duration_s,
         latencies_ns=[ns for per_client in window.latencies for ns in per_client],
         errors=window.errors,

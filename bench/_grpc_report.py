@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench._common import error_lines, fmt, machine_line
+
 __all__ = ["HEADLINE_CONCURRENCY", "HEADLINE_MODEL", "TARGET_RATIO", "markdown", "ratios"]
 
 #: The issue's target: tiny-MLP throughput at concurrency 8 >= 60% of the bare server's.
@@ -12,29 +14,33 @@ HEADLINE_CONCURRENCY = 8
 TARGET_RATIO = 0.60
 
 
-def ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Worker / bare at each (model, concurrency) where both ran."""
-    bare = {(r["model"], r["concurrency"]): r for r in runs if r["target"] == "bare"}
+def ratios(
+    runs: list[dict[str, Any]],
+    *,
+    key: str = "target",
+    subject: str = "worker",
+    reference: str = "bare",
+) -> list[dict[str, Any]]:
+    """``subject`` / ``reference`` (the rows' ``key``) at each (model, concurrency) where both
+    ran: req/s of each, their ratio, and the p50 and p99 ratios."""
+    ref_rows = {(r["model"], r["concurrency"]): r for r in runs if r[key] == reference}
     out = []
     for r in runs:
-        ref = bare.get((r["model"], r["concurrency"]))
-        if r["target"] != "worker" or ref is None or not ref["requests_per_s"]:
+        ref = ref_rows.get((r["model"], r["concurrency"]))
+        if r[key] != subject or ref is None or not ref["requests_per_s"]:
             continue
         out.append(
             {
                 "model": r["model"],
                 "concurrency": r["concurrency"],
-                "worker_requests_per_s": r["requests_per_s"],
-                "bare_requests_per_s": ref["requests_per_s"],
+                f"{subject}_requests_per_s": r["requests_per_s"],
+                f"{reference}_requests_per_s": ref["requests_per_s"],
                 "ratio": r["requests_per_s"] / ref["requests_per_s"],
                 "p50_ratio": r["p50_ms"] / ref["p50_ms"] if ref["p50_ms"] else None,
+                "p99_ratio": r["p99_ms"] / ref["p99_ms"] if ref["p99_ms"] else None,
             }
         )
     return out
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
 
 
 def _summary(report: dict[str, Any]) -> list[str]:
@@ -64,13 +70,12 @@ def _placement(pinned: dict[str, list[int]] | None) -> str:
 
 def markdown(report: dict[str, Any]) -> list[str]:
     """The report as Markdown lines."""
-    args = report["args"]
+    args, m = report["args"], report["machine"]
     lines = [
         "# Worker gRPC benchmark (CPU backend)",
         "",
-        f"Machine: {report['machine']}, {report['cpus']} CPUs, Python {report['python']}, "
-        f"jax {report['jax']}, grpcio {report['grpcio']}, tritonclient {report['tritonclient']}, "
-        f"uvloop {report['uvloop']}.",
+        f"Machine: {machine_line(m)} jax {m['jax']}, grpcio {m['grpcio']}, "
+        f"tritonclient {m['tritonclient']}, uvloop {m['uvloop']}.",
         "",
         f"Command: `{report['command']}`",
         "",
@@ -96,9 +101,9 @@ def markdown(report: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {r['target']} | {r['model']} | {r['concurrency']} | {r['requests_per_s']:,.0f} | "
             f"{r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['mean_ms']:.3f} | "
-            f"{_fmt(r['server_cpu_us_per_request'], '.0f')} | "
-            f"{_fmt(r['server_cpu_cores'], '.2f')} | "
-            f"{_fmt(r['client_cpu_us_per_request'], '.0f')} | {r['errors']} |"
+            f"{fmt(r['server_cpu_us_per_request'], '.0f')} | "
+            f"{fmt(r['server_cpu_cores'], '.2f')} | "
+            f"{fmt(r['client_cpu_us_per_request'], '.0f')} | {r['errors']} |"
         )
     if report["ratios"]:
         lines += [
@@ -113,7 +118,7 @@ def markdown(report: dict[str, Any]) -> list[str]:
             lines.append(
                 f"| {r['model']} | {r['concurrency']} | {r['worker_requests_per_s']:,.0f} | "
                 f"{r['bare_requests_per_s']:,.0f} | {r['ratio']:.2f} | "
-                f"{_fmt(r['p50_ratio'], '.2f')} |"
+                f"{fmt(r['p50_ratio'], '.2f')} |"
             )
     lines += _where_time_goes(report["runs"])
     if report["client_survey"]:
@@ -132,11 +137,9 @@ def markdown(report: dict[str, Any]) -> list[str]:
             lines.append(
                 f"| {r['client']} | {r['concurrency']} | {r['requests_per_s']:,.0f} | "
                 f"{r['p50_ms']:.3f} | {r['p99_ms']:.3f} | "
-                f"{_fmt(r['client_cpu_us_per_request'], '.0f')} |"
+                f"{fmt(r['client_cpu_us_per_request'], '.0f')} |"
             )
-    if report["errors"]:
-        lines += ["", "First error per run:", ""]
-        lines += [f"- {e}" for e in report["errors"]]
+    lines += error_lines(report["errors"])
     lines.append("")
     return lines
 
@@ -167,11 +170,11 @@ def _where_time_goes(runs: list[dict[str, Any]]) -> list[str]:
     for r in runs:
         by_thread = r["server_cpu_us_per_request_by_thread"]
         stats = r["worker_stats"]
-        cells = [_fmt(by_thread.get(g), ".0f") if by_thread else "-" for g in _GROUPS]
+        cells = [fmt(by_thread.get(g), ".0f") if by_thread else "-" for g in _GROUPS]
         lines.append(
             f"| {r['target']} | {r['model']} | {r['concurrency']} | " + " | ".join(cells) + " | "
-            f"{_fmt(stats.get('rows_per_execution'), '.2f')} | "
-            f"{_fmt(stats.get('queue_ms_per_request'), '.3f')} | "
-            f"{_fmt(stats.get('compute_ms_per_execution'), '.3f')} |"
+            f"{fmt(stats.get('rows_per_execution'), '.2f')} | "
+            f"{fmt(stats.get('queue_ms_per_request'), '.3f')} | "
+            f"{fmt(stats.get('compute_ms_per_execution'), '.3f')} |"
         )
     return lines

@@ -11,17 +11,20 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
+
+from bench._common import free_port
 
 __all__ = [
     "STOP_TIMEOUT_S",
     "Server",
     "cpu_split",
+    "executions_by_batch",
     "export_examples",
     "model_stats",
     "start_bare",
@@ -32,13 +35,6 @@ __all__ = [
 ROOT = Path(__file__).resolve().parent.parent
 STOP_TIMEOUT_S = 30.0
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _thread_group(pid: int, tid: int, comm: str, main_comm: str) -> str:
@@ -85,10 +81,13 @@ class Server:
         log: Path,
         *,
         cpus: frozenset[int] | None = None,
+        http_port: int | None = None,
     ):
         self.name = name
         self.port = port
         self.url = f"127.0.0.1:{port}"
+        #: The worker's HTTP port (``/metrics``), where the server has one.
+        self.http_url = None if http_port is None else f"http://127.0.0.1:{http_port}"
         self.log = log
         self.cpus = cpus
         with log.open("wb") as out:
@@ -169,7 +168,7 @@ class Server:
 
 def start_bare(tmp: Path, cpus: frozenset[int] | None) -> Server:
     """Start ``python -m bench._bare_server`` on a free port, its output in ``tmp/bare.log``."""
-    port = _free_port()
+    port = free_port()
     argv = [sys.executable, "-m", "bench._bare_server", "--port", str(port)]
     return Server("bare server", argv, dict(os.environ), port, tmp / "bare.log", cpus=cpus)
 
@@ -190,11 +189,11 @@ def start_worker(
     Static model control (no repository polling), CPU backend, warnings-only logs, its
     executable cache under ``tmp``; ``extra_env`` (``INFERENCE_SERVER_*`` overrides) last.
     """
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ)
     env.update(
         INFERENCE_SERVER_ENDPOINTS_PORT=str(port),
-        INFERENCE_SERVER_ENDPOINTS_METRICS_PORT=str(_free_port()),
+        INFERENCE_SERVER_ENDPOINTS_METRICS_PORT=str(free_port()),
         INFERENCE_SERVER_MODEL_CONTROL_MODE="static",
         INFERENCE_SERVER_RUNTIME_BACKEND="cpu",
         INFERENCE_SERVER_CACHE_DIR=str(tmp / "cache"),
@@ -202,7 +201,8 @@ def start_worker(
     )
     env.update(extra_env)
     argv = [sys.executable, "-m", _worker_module(), "--model-repo", str(models)]
-    return Server("worker", argv, env, port, tmp / "worker.log", cpus=cpus)
+    http_port = int(env["INFERENCE_SERVER_ENDPOINTS_METRICS_PORT"])
+    return Server("worker", argv, env, port, tmp / "worker.log", cpus=cpus, http_port=http_port)
 
 
 def cpu_split() -> tuple[frozenset[int], frozenset[int]] | None:
@@ -241,18 +241,34 @@ _STATS = ("inference_count", "execution_count")
 _DURATIONS = ("queue", "compute_input", "compute_infer", "compute_output")
 
 
-def model_stats(url: str, model: str) -> dict[str, int] | None:
-    """The worker's ``ModelStatistics`` counters for ``model``; None if it cannot answer."""
+def _statistics(url: str, model: str) -> Any:
+    """The worker's ``ModelStatistics`` message for ``model``; None if it cannot answer."""
     import tritonclient.grpc as grpcclient
 
     client = grpcclient.InferenceServerClient(url)
     try:
-        stats = client.get_inference_statistics(model, client_timeout=5.0).model_stats[0]
+        return client.get_inference_statistics(model, client_timeout=5.0).model_stats[0]
     except Exception:  # a worker without statistics still gets benchmarked
         return None
     finally:
         client.close()
+
+
+def model_stats(url: str, model: str) -> dict[str, int] | None:
+    """The worker's ``ModelStatistics`` counters for ``model``; None if it cannot answer."""
+    stats = _statistics(url, model)
+    if stats is None:
+        return None
     out = {name: int(getattr(stats, name)) for name in _STATS}
     for name in _DURATIONS:
         out[f"{name}_ns"] = int(getattr(stats.inference_stats, name).ns)
     return out
+
+
+def executions_by_batch(url: str, model: str) -> dict[int, int] | None:
+    """Executions so far per compiled batch size (``ModelStatistics.batch_stats``) of ``model``;
+    None if the worker cannot answer."""
+    stats = _statistics(url, model)
+    if stats is None:
+        return None
+    return {int(b.batch_size): int(b.compute_infer.count) for b in stats.batch_stats}

@@ -29,10 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import importlib.metadata
-import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -46,6 +43,7 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
+from bench._common import figure, loadavg, machine, write_report
 from bench._grpc_servers import cpu_split, export_examples, start_worker
 
 __all__ = ["CONCURRENCY", "RESULT_NAME", "BulkIO", "main"]
@@ -408,20 +406,6 @@ def measure_bulk(
 # -- report ------------------------------------------------------------------------------------
 
 
-def _versions() -> dict[str, str]:
-    out = {}
-    for dist in ("grpcio", "protobuf", "tritonclient", "numpy", "reactantserver-client"):
-        try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            out[dist] = "-"
-    return out
-
-
-def _loadavg() -> float | None:
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-
-
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
@@ -508,6 +492,29 @@ def markdown(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def figures(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The headlines (no targets): the thin client's req/s over tritonclient's, one by one and
+    at concurrency 8, and its SHM bulk items/s over tritonclient's per chunk size."""
+    single, conc = report["single"], report["concurrent"]
+    out = [
+        figure("thin client / tritonclient req/s (mlp, c=1)", single["reactant_over_triton"], "x"),
+        figure(
+            f"thin client / tritonclient aio req/s (mlp, c={conc['concurrency']})",
+            conc["reactant_over_triton_aio"],
+            "x",
+        ),
+    ]
+    for point in report["bulk"]:
+        out.append(
+            figure(
+                f"thin client SHM / tritonclient items/s (cnn, chunk {point['chunk']})",
+                point["ratios"]["shm_over_triton"],
+                "x",
+            )
+        )
+    return out
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000, help="requests per way per round")
@@ -519,13 +526,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--no-pin", action="store_true", help="leave CPU affinity alone")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: 20 requests, one round, 16 items"
+    )
+    parser.add_argument(
+        "--suite",
+        action="store_true",
+        help="the size `nox -s bench` runs: 500 requests, 2 rounds, 128 items x 4 passes",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and write JSON + Markdown under ``--out``."""
     args = _parser().parse_args(argv)
-    load_before = _loadavg()
+    if args.quick:
+        args.requests, args.rounds, args.items, args.passes, args.chunk = 20, 1, 16, 1, [8]
+    elif args.suite:
+        args.requests, args.rounds, args.items, args.passes = 500, 2, 128, 4
+    load_before = loadavg()
     split = None if args.no_pin else cpu_split()
     client_cpus, worker_cpus = split or (None, None)
     with tempfile.TemporaryDirectory(prefix="rs-bench-client-") as scratch:
@@ -571,13 +590,9 @@ def main(argv: list[str] | None = None) -> int:
     rps = {name: row["requests_per_s"] for name, row in {**single_rows, **conc_rows}.items()}
     report: dict[str, Any] = {
         "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "device": "cpu",
-            **_versions(),
+            **machine("grpcio", "protobuf", "tritonclient", "numpy", "reactantserver-client"),
             # Other work on the machine skews every figure: the 1-minute load around the run.
-            "loadavg_1m": {"before": load_before, "after": _loadavg()},
+            "loadavg_1m": {"before": load_before, "after": loadavg()},
         },
         "command": " ".join([".venv/bin/python -m bench.client", *(argv or sys.argv[1:])]),
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
@@ -604,11 +619,8 @@ def main(argv: list[str] | None = None) -> int:
         },
         "bulk": bulk_points,
     }
-    lines = markdown(report)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{RESULT_NAME}.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / f"{RESULT_NAME}.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    report["figures"] = figures(report)
+    write_report(args.out, RESULT_NAME, report, markdown(report))
     return 0
 
 

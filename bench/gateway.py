@@ -26,10 +26,7 @@ every client sends ``--warmup`` unmeasured requests before each phase. Writes
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
-import json
 import os
-import platform
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -38,11 +35,11 @@ from typing import Any
 
 import yaml
 
+from bench._common import figure, free_port, loadavg, machine, write_report
 from bench._gateway_load import CpuReader, Phase, closed_loop, combine
-from bench._gateway_report import derive, markdown
+from bench._gateway_report import TARGET_OVERHEAD, derive, markdown
 from bench._grpc_servers import (
     Server,
-    _free_port,
     cpu_split,
     export_examples,
     model_stats,
@@ -62,9 +59,9 @@ def start_gateway(
     directory: Path, name: str, workers: Sequence[Server], cpus: frozenset[int] | None
 ) -> Server:
     """Start ``python -m reactantserver.gateway --config FILE`` (round_robin) over ``workers``."""
-    port = _free_port()
+    port = free_port()
     config = {
-        "listen": {"grpc": f"127.0.0.1:{port}", "metrics": f"127.0.0.1:{_free_port()}"},
+        "listen": {"grpc": f"127.0.0.1:{port}", "metrics": f"127.0.0.1:{free_port()}"},
         "endpoints": [w.url for w in workers],
         "worker_names": [w.name for w in workers],
         "health": {"interval_seconds": 1.0},
@@ -145,6 +142,34 @@ def _section(
     return rows
 
 
+def figures(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The headlines: p50 added by one gateway (MLP) per concurrency against the 25% target,
+    and the two-worker gateway's req/s over the one-worker gateway's (CNN)."""
+    out = []
+    for o in report["overhead"]:
+        if o["gateway"] != "gateway_1" or o["p50_overhead"] is None:
+            continue
+        out += [
+            figure(
+                f"gateway p50 overhead (mlp, c={o['concurrency']})",
+                o["p50_overhead"] * 100,
+                "%",
+                target=f"<= {TARGET_OVERHEAD:.0%}",
+                met=o["target_met"],
+            ),
+            figure(f"gateway p50 added (mlp, c={o['concurrency']})", o["p50_added_ms"], "ms"),
+        ]
+    for r in report["scaling_ratios"]:
+        out.append(
+            figure(
+                f"2 workers / 1 worker req/s via gateway (cnn, c={r['concurrency']})",
+                r["two_over_one_gateway"],
+                "x",
+            )
+        )
+    return out
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
@@ -181,21 +206,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="smoke run: 40 requests per phase, one round, 3 warm-up requests per client",
     )
+    parser.add_argument(
+        "--suite",
+        action="store_true",
+        help="the size `nox -s bench` runs: 400 requests per phase, two rounds",
+    )
     return parser
-
-
-def _versions() -> dict[str, str]:
-    out = {}
-    for dist in ("jax", "grpcio", "tritonclient", "uvloop"):
-        try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            out[dist] = "-"
-    return out
-
-
-def _loadavg() -> float | None:
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
 def _start(
@@ -239,10 +255,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.quick:
         args.requests, args.rounds, args.warmup = 40, 1, 3
+    elif args.suite:
+        args.requests, args.rounds, args.warmup = 400, 2, 10
     split = cpu_split() if args.pin else None
     client_cpus, server_cpus = split or (None, None)
     servers: dict[str, Server] = {}
-    load_before = _loadavg()
+    load_before = loadavg()
     with tempfile.TemporaryDirectory(prefix="rs-bench-gateway-") as name:
         tmp = Path(name)
         try:
@@ -262,14 +280,8 @@ def main(argv: list[str] | None = None) -> int:
             exits = {n: servers[n].stop() for n in reversed(list(servers))}
     report: dict[str, Any] = {
         "machine": {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "affinity": sorted(os.sched_getaffinity(0))
-            if hasattr(os, "sched_getaffinity")
-            else None,
-            "python": platform.python_version(),
-            **_versions(),
-            "loadavg_1m": {"before": load_before, "after": _loadavg()},
+            **machine("jax", "grpcio", "tritonclient", "uvloop"),
+            "loadavg_1m": {"before": load_before, "after": loadavg()},
         },
         "command": " ".join([".venv/bin/python -m bench.gateway", *(argv or sys.argv[1:])]),
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
@@ -289,11 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         ],
     }
     report.update(derive(report))
-    lines = markdown(report)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{RESULT_NAME}.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / f"{RESULT_NAME}.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    report["figures"] = figures(report)
+    write_report(args.out, RESULT_NAME, report, markdown(report))
     return 0
 
 

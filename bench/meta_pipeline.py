@@ -14,9 +14,6 @@ ratio (client-chained / meta; above 1 the meta is faster).
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -27,9 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from bench._common import figure, machine, machine_line, write_report
 from bench._grpc_servers import export_examples, start_worker
 
-__all__ = ["main", "measure"]
+__all__ = ["RESULT_NAME", "main", "measure"]
+
+RESULT_NAME = "meta-pipeline-cpu"
 
 
 def _input(name: str, array: np.ndarray[Any, Any]) -> Any:
@@ -85,7 +85,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--items", type=int, default=8)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument("--quick", action="store_true", help="smoke run: 20 requests, 1 round")
+    parser.add_argument(
+        "--suite", action="store_true", help="the size `nox -s bench` runs: 200 requests x 3"
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.requests, args.rounds = 20, 1
+    elif args.suite:
+        args.requests, args.rounds = 200, 3
     with tempfile.TemporaryDirectory() as scratch:
         tmp = Path(scratch)
         models = tmp / "models"
@@ -100,31 +108,33 @@ def main(argv: list[str] | None = None) -> int:
             worker.stop()
     median = {name: statistics.median(values) for name, values in runs.items()}
     report = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "device": "cpu"},
+        "machine": machine("grpcio", "tritonclient"),
         "items": args.items,
         "requests_per_round": args.requests,
         "us_per_pipeline": runs,
         "median_us": median,
         "client_chained_over_meta": median["client_chained"] / median["meta"],
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "meta-pipeline-cpu.json").write_text(json.dumps(report, indent=2) + "\n")
+    ratio = report["client_chained_over_meta"]
+    report["figures"] = [
+        figure("client-chained / meta model time per pipeline (c=1)", ratio, "x"),
+        figure("meta model time per pipeline (c=1)", median["meta"], "us"),
+    ]
     lines = [
         "# Meta model vs client-chained pipeline (CPU, concurrency 1)",
         "",
-        f"{args.items} items per request, {args.requests} requests x {args.rounds} rounds, "
-        f"{os.cpu_count()} CPUs.",
+        f"{args.items} items per request, {args.requests} requests x {args.rounds} rounds. "
+        f"Machine: {machine_line(report['machine'])}",
         "",
         "| Way | µs per pipeline (median of rounds) |",
         "|---|---|",
         f"| meta model (`pipeline`, one request) | {median['meta']:.0f} |",
         f"| client-chained (two requests + NumPy glue) | {median['client_chained']:.0f} |",
         "",
-        f"Ratio client-chained / meta: **{report['client_chained_over_meta']:.2f}**",
+        f"Ratio client-chained / meta: **{ratio:.2f}**",
         "",
     ]
-    (args.out / "meta-pipeline-cpu.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    write_report(args.out, RESULT_NAME, report, lines)
     return 0
 
 

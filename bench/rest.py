@@ -18,31 +18,30 @@ ratios.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
-import json
 import os
-import platform
 import sys
 import tempfile
-import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bench._common import error_lines, figure, fmt, free_port, machine, machine_line, write_report
 from bench._grpc_load import (
     INPUTS,
     MODELS,
     CpuSampler,
     Load,
-    _sample_cpu,
-    _Window,
+    Window,
+    closed_loop,
     combine,
+    on_threads,
     run_load,
+    run_window,
 )
-from bench._grpc_servers import Server, _free_port, cpu_split, export_examples, start_worker
+from bench._grpc_report import ratios
+from bench._grpc_servers import Server, cpu_split, export_examples, start_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTOCOLS = ("grpc", "rest")
@@ -61,35 +60,29 @@ def _rest_inputs(model: str, seed: int) -> tuple[list[Any], list[Any], str, tupl
     return [tensor], outputs, output, out_shape
 
 
-def _rest_load(url: str, model: str, window: _Window, concurrency: int) -> None:
+def _rest_load(url: str, model: str, window: Window, concurrency: int) -> None:
     """``concurrency`` threads, each a sync ``tritonclient.http`` client in a closed loop."""
     import tritonclient.http as httpclient
 
     def client(i: int) -> None:
         inputs, outputs, output, shape = _rest_inputs(model, i)
         triton = httpclient.InferenceServerClient(url, network_timeout=60.0)
-        try:
-            got = triton.infer(model, inputs, outputs=outputs).as_numpy(output)
+
+        def check(got: Any) -> None:
             if got is None or tuple(got.shape) != shape:
                 raise RuntimeError(f"output {output!r} is {got!r}, expected shape {shape}")
-            while time.perf_counter_ns() < window.end_ns:
-                begin = time.perf_counter_ns()
-                try:
-                    triton.infer(model, inputs, outputs=outputs).as_numpy(output)
-                except Exception as exc:  # counted and reported
-                    window.error(exc)
-                    continue
-                window.record(i, begin, time.perf_counter_ns())
-        except Exception as exc:  # counted and reported
-            window.error(exc)
+
+        try:
+            closed_loop(
+                window,
+                i,
+                lambda: triton.infer(model, inputs, outputs=outputs).as_numpy(output),
+                check,
+            )
         finally:
             triton.close()
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(concurrency)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    on_threads(concurrency, client)
 
 
 def run_rest_load(
@@ -102,22 +95,14 @@ def run_rest_load(
     server_cpu: CpuSampler,
 ) -> Load:
     """Like :func:`bench._grpc_load.run_load` (``threads``), over REST at ``url``."""
-    window = _Window(concurrency, warmup_s, duration_s)
-    cpu: dict[str, Any] = {}
-    sampler = threading.Thread(target=_sample_cpu, args=(window, server_cpu, cpu), daemon=True)
-    sampler.start()
-    _rest_load(url, model, window, concurrency)
-    sampler.join()
-    return Load(
+    return run_window(
+        lambda window: _rest_load(url, model, window, concurrency),
         model=model,
         concurrency=concurrency,
         client="threads",
+        warmup_s=warmup_s,
         duration_s=duration_s,
-        latencies_ns=[ns for per_client in window.latencies for ns in per_client],
-        errors=window.errors,
-        first_error=window.first_error,
-        server_cpu=cpu.get("server"),
-        client_cpu_s=cpu.get("client"),
+        server_cpu=server_cpu,
     )
 
 
@@ -153,41 +138,14 @@ def _point(
     return [_row(p, combine(loads[p])) for p in PROTOCOLS]
 
 
-def ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """REST / gRPC at each (model, concurrency) where both ran."""
-    grpc_rows = {(r["model"], r["concurrency"]): r for r in runs if r["protocol"] == "grpc"}
-    out = []
-    for r in runs:
-        ref = grpc_rows.get((r["model"], r["concurrency"]))
-        if r["protocol"] != "rest" or ref is None or not ref["requests_per_s"]:
-            continue
-        out.append(
-            {
-                "model": r["model"],
-                "concurrency": r["concurrency"],
-                "rest_requests_per_s": r["requests_per_s"],
-                "grpc_requests_per_s": ref["requests_per_s"],
-                "ratio": r["requests_per_s"] / ref["requests_per_s"],
-                "p50_ratio": r["p50_ms"] / ref["p50_ms"] if ref["p50_ms"] else None,
-                "p99_ratio": r["p99_ms"] / ref["p99_ms"] if ref["p99_ms"] else None,
-            }
-        )
-    return out
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def markdown(report: dict[str, Any]) -> list[str]:
     """The report as Markdown lines."""
-    args = report["args"]
+    args, m = report["args"], report["machine"]
     lines = [
         "# REST vs gRPC benchmark (CPU backend, one worker)",
         "",
-        f"Machine: {report['machine']}, {report['cpus']} CPUs, Python {report['python']}, "
-        f"jax {report['jax']}, grpcio {report['grpcio']}, aiohttp {report['aiohttp']}, "
-        f"tritonclient {report['tritonclient']}.",
+        f"Machine: {machine_line(m)} jax {m['jax']}, grpcio {m['grpcio']}, "
+        f"aiohttp {m['aiohttp']}, tritonclient {m['tritonclient']}.",
         "",
         f"Command: `{report['command']}`",
         "",
@@ -197,7 +155,7 @@ def markdown(report: dict[str, Any]) -> list[str]:
             lines.append(
                 f"- Tiny MLP at concurrency {HEADLINE[1]}: REST {r['rest_requests_per_s']:,.0f} "
                 f"req/s = {r['ratio']:.2f} of gRPC's {r['grpc_requests_per_s']:,.0f} req/s; "
-                f"p50 {_fmt(r['p50_ratio'], '.2f')}x, p99 {_fmt(r['p99_ratio'], '.2f')}x gRPC's."
+                f"p50 {fmt(r['p50_ratio'], '.2f')}x, p99 {fmt(r['p99_ratio'], '.2f')}x gRPC's."
             )
     lines += [
         "",
@@ -218,8 +176,8 @@ def markdown(report: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {r['protocol']} | {r['model']} | {r['concurrency']} | "
             f"{r['requests_per_s']:,.0f} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | "
-            f"{r['mean_ms']:.3f} | {_fmt(r['server_cpu_us_per_request'], '.0f')} | "
-            f"{_fmt(r['client_cpu_us_per_request'], '.0f')} | {r['errors']} |"
+            f"{r['mean_ms']:.3f} | {fmt(r['server_cpu_us_per_request'], '.0f')} | "
+            f"{fmt(r['client_cpu_us_per_request'], '.0f')} | {r['errors']} |"
         )
     lines += [
         "",
@@ -233,13 +191,22 @@ def markdown(report: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {r['model']} | {r['concurrency']} | {r['rest_requests_per_s']:,.0f} | "
             f"{r['grpc_requests_per_s']:,.0f} | {r['ratio']:.2f} | "
-            f"{_fmt(r['p50_ratio'], '.2f')} | {_fmt(r['p99_ratio'], '.2f')} |"
+            f"{fmt(r['p50_ratio'], '.2f')} | {fmt(r['p99_ratio'], '.2f')} |"
         )
-    if report["errors"]:
-        lines += ["", "First error per run:", ""]
-        lines += [f"- {e}" for e in report["errors"]]
+    lines += error_lines(report["errors"])
     lines.append("")
     return lines
+
+
+def figures(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The headline: REST / gRPC req/s on the tiny MLP at concurrency 8 (no target); values
+    are None where that point did not run or answered nothing."""
+    r = next((r for r in rows if (r["model"], r["concurrency"]) == HEADLINE), {})
+    return [
+        figure("REST / gRPC req/s (mlp, c=8)", r.get("ratio"), "x"),
+        figure("REST req/s (mlp, c=8)", r.get("rest_requests_per_s"), "req/s"),
+        figure("gRPC req/s (mlp, c=8)", r.get("grpc_requests_per_s"), "req/s"),
+    ]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -264,17 +231,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--quick", action="store_true", help="smoke run: one 0.5 s window per protocol and point"
     )
+    parser.add_argument(
+        "--suite", action="store_true", help="the size `nox -s bench` runs: 3 s per protocol"
+    )
     return parser
-
-
-def _versions() -> dict[str, str]:
-    out = {}
-    for dist in ("jax", "grpcio", "aiohttp", "tritonclient"):
-        try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            out[dist] = "-"
-    return out
 
 
 def _placement(client: Sequence[int] | None, server: Sequence[int] | None) -> str:
@@ -291,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.quick:
         args.duration, args.rounds, args.warmup = 0.5, 1, 0.2
+    elif args.suite:
+        args.duration, args.rounds, args.warmup = 3.0, 3, 0.3
     split = None if args.no_pin else cpu_split()
     client_cpus, server_cpus = split or (None, None)
     runs: list[dict[str, Any]] = []
@@ -300,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         if models is None:
             models = tmp / "models"
             export_examples(models, args.model)
-        http_port = _free_port()
+        http_port = free_port()
         env = {"INFERENCE_SERVER_ENDPOINTS_METRICS_PORT": str(http_port)}
         worker = start_worker(tmp, models, env, server_cpus)
         try:
@@ -316,10 +278,7 @@ def main(argv: list[str] | None = None) -> int:
             exit_status = worker.stop()
 
     report: dict[str, Any] = {
-        "machine": platform.platform(),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        **_versions(),
+        "machine": machine("jax", "grpcio", "aiohttp", "tritonclient"),
         "command": " ".join([".venv/bin/python -m bench.rest", *(argv or sys.argv[1:])]),
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "placement": _placement(
@@ -329,18 +288,15 @@ def main(argv: list[str] | None = None) -> int:
         "ready_after_s": ready_s,
         "exit_status": exit_status,
         "runs": runs,
-        "ratios": ratios(runs),
+        "ratios": ratios(runs, key="protocol", subject="rest", reference="grpc"),
         "errors": [
             f"{r['protocol']} {r['model']} c={r['concurrency']}: {r['first_error']}"
             for r in runs
             if r["first_error"]
         ],
     }
-    lines = markdown(report)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{RESULT_NAME}.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / f"{RESULT_NAME}.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    report["figures"] = figures(report["ratios"])
+    write_report(args.out, RESULT_NAME, report, markdown(report))
     return 0
 
 

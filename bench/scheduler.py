@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import gc
 import io
-import json
-import os
-import platform
 import pstats
 import statistics
 import subprocess
@@ -37,14 +35,22 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bench._common import figure, machine, machine_line, write_report
+
 if TYPE_CHECKING:
-    from reactantserver.worker.runtime import Backend, LoadedModel, MemoryStats, Signature
+    from reactantserver.worker.runtime import (
+        Backend,
+        LoadedModel,
+        MemoryStats,
+        Signature,
+        WeightCache,
+    )
     from reactantserver.worker.runtime.backend import CompileSpec
     from reactantserver.worker.scheduler import ScheduledModel, Scheduler, StatsSnapshot
 
@@ -169,6 +175,41 @@ def _export_cnn(out: Path) -> Path:
     return out / MODEL
 
 
+@contextlib.contextmanager
+def loaded_cnn(
+    models: Path | None,
+) -> Iterator[tuple[Backend, WeightCache, LoadedModel, list[Any]]]:
+    """The ``cnn`` example loaded in this process on the jax CPU backend, weights on the device.
+
+    ``models`` holds the exported bundle (None: export it into a temporary directory). Yields
+    (backend, weight cache, loaded model, device weights); the raw loops and every scheduler
+    share the weights, put on the device once. Unloaded on exit.
+    """
+    from reactantserver.core.weights import PrivateWeightStore
+    from reactantserver.worker._backend import JaxBackend
+    from reactantserver.worker.runtime import (
+        ExecutableCache,
+        Residency,
+        WeightCache,
+        load_bundle,
+    )
+
+    with tempfile.TemporaryDirectory(prefix="rs-bench-") as tmp:
+        if models is None:
+            models = Path(tmp) / "models"
+            models.mkdir()
+            _export_cnn(models)
+        backend = JaxBackend("cpu", 0)
+        loaded = load_bundle(models / MODEL, backend, ExecutableCache(None, backend))
+        cache = WeightCache(backend)
+        cache.add_model(MODEL, loaded.weight_source(PrivateWeightStore()), Residency.PINNED_DEVICE)
+        try:
+            yield backend, cache, loaded, cache.acquire(MODEL)
+        finally:
+            cache.remove_model(MODEL)
+            loaded.close()
+
+
 def _images(n: int, seed: int) -> Array:
     return np.random.default_rng(seed).standard_normal((n, *IMAGE)).astype(np.float32)
 
@@ -223,19 +264,27 @@ def _raw_loop(
     }
 
 
+def raw_program(
+    backend: Backend, model: LoadedModel, weights: list[Any], size: int, seconds: float
+) -> dict[str, Any]:
+    """The compiled program of batch ``size`` in a loop for ``seconds``, on ``size`` images.
+
+    Calls go through a :class:`TimedBackend` (as the scheduler's do), for the execute split.
+    Returns iterations, seconds, ms_per_batch, rows_per_s (``size`` rows per batch),
+    cpu_cores and execute_us.
+    """
+    exe = model.module(None, size).executable
+    return _raw_loop(TimedBackend(backend), exe, _images(size, seed=size), weights, seconds)
+
+
 def bench_raw(
     backend: Backend, model: LoadedModel, weights: list[Any], duration_s: float
 ) -> dict[str, Any]:
-    """Every compiled program in a loop (the batch-32 one for ``duration_s``, others a quarter).
-
-    Calls go through a :class:`TimedBackend` (as the scheduler's do), for the execute split.
-    """
-    timed = TimedBackend(backend)
+    """Every compiled program in a loop (the batch-32 one for ``duration_s``, others a quarter)."""
     out: dict[str, Any] = {}
     for size in sorted(b for _, b in model.modules):
         seconds = duration_s if size == RAW_BATCH else duration_s / 4
-        exe = model.module(None, size).executable
-        out[str(size)] = _raw_loop(timed, exe, _images(size, seed=size), weights, seconds)
+        out[str(size)] = raw_program(backend, model, weights, size, seconds)
     return out
 
 
@@ -627,14 +676,40 @@ def _summary(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def figures(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The two headlines against their targets: the best served / raw at concurrency 32, and
+    the worst mean overhead per dispatch (10 models, depth 64, 32-request dispatches)."""
+    at32 = [s for s in report["served"] if s["concurrency"] == 32]
+    best = max(at32, key=lambda s: s["rows_per_s"]) if at32 else {}
+    ratio = best.get("ratio")
+    full = [o for o in report["overhead"] if o["shape"] == "full" and o["depth"] == 64]
+    worst = max((o["overhead_us_mean"] for o in full), default=None)
+    return [
+        figure(
+            "scheduler served / raw rows/s (cnn, c=32, in process)",
+            ratio,
+            "x",
+            target=">= 0.85",
+            met=ratio is not None and ratio >= 0.85,
+        ),
+        figure("scheduler served rows/s (cnn, c=32)", best.get("rows_per_s"), "rows/s"),
+        figure(
+            "scheduler overhead per dispatch (10 models, worst discipline)",
+            worst,
+            "us",
+            target="< 100 us",
+            met=worst is not None and worst < 100,
+        ),
+    ]
+
+
 def _markdown(report: dict[str, Any]) -> list[str]:
     raw = report["raw"]
     args = report["args"]
     lines = [
         "# Scheduler benchmark (CPU backend)",
         "",
-        f"Machine: {report['machine']}, {report['cpus']} CPUs, Python {report['python']}, "
-        f"jax {report['jax']}.",
+        f"Machine: {machine_line(report['machine'])} jax {report['machine']['jax']}.",
         "",
         f"Command: `{report['command']}`",
         "",
@@ -814,56 +889,41 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="also profile one served run (concurrency 32) and print the top costs",
     )
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: one short served run, 100 steps"
+    )
+    parser.add_argument(
+        "--suite",
+        action="store_true",
+        help="the size `nox -s bench` runs: concurrency 32 only, 2 s windows, depth 64",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run both measurements and write JSON + Markdown under ``--out``."""
     args = _parser().parse_args(argv)
+    if args.quick:
+        args.duration, args.raw_slice, args.warmup = 0.5, 0.2, 0.2
+        args.concurrency, args.clients, args.steps, args.depths = [32], ["threads"], 100, [64]
+    elif args.suite:
+        args.duration, args.raw_slice, args.warmup = 2.0, 0.5, 0.5
+        args.concurrency, args.steps, args.depths = [32], 500, [64]
 
-    import jax
-
-    from reactantserver.core.weights import PrivateWeightStore
-    from reactantserver.worker._backend import JaxBackend
-    from reactantserver.worker.runtime import (
-        ExecutableCache,
-        Residency,
-        WeightCache,
-        load_bundle,
-    )
-
-    with tempfile.TemporaryDirectory(prefix="rs-bench-") as tmp:
-        models = args.models
-        if models is None:
-            models = Path(tmp) / "models"
-            models.mkdir()
-            _export_cnn(models)
-        backend = JaxBackend("cpu", 0)
-        loaded = load_bundle(models / MODEL, backend, ExecutableCache(None, backend))
-        cache = WeightCache(backend)
-        source = loaded.weight_source(PrivateWeightStore())
-        cache.add_model(MODEL, source, Residency.PINNED_DEVICE)
-        weights = cache.acquire(MODEL)  # on the device once: the raw loop and every scheduler
-        try:
-            max_abs_diff = check_outputs(backend, cache, loaded, weights)
-            raw = bench_raw(backend, loaded, weights, args.duration)
-            served, profile = _served_runs(backend, cache, loaded, weights, args)
-            overhead = [
-                bench_overhead(loaded, discipline=d, shape=shape, depth=depth, steps=args.steps)
-                for depth in args.depths
-                for shape in ("full", "single")
-                for d in ("fair", "fifo", "edf")
-            ]
-            assembly = bench_assembly(loaded)
-        finally:
-            cache.remove_model(MODEL)
-            loaded.close()
+    with loaded_cnn(args.models) as (backend, cache, loaded, weights):
+        max_abs_diff = check_outputs(backend, cache, loaded, weights)
+        raw = bench_raw(backend, loaded, weights, args.duration)
+        served, profile = _served_runs(backend, cache, loaded, weights, args)
+        overhead = [
+            bench_overhead(loaded, discipline=d, shape=shape, depth=depth, steps=args.steps)
+            for depth in args.depths
+            for shape in ("full", "single")
+            for d in ("fair", "fifo", "edf")
+        ]
+        assembly = bench_assembly(loaded)
 
     report: dict[str, Any] = {
-        "machine": platform.platform(),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "jax": jax.__version__,
+        "machine": machine("jax"),
         "command": " ".join([".venv/bin/python -m bench.scheduler", *(argv or sys.argv[1:])]),
         "args": {k: _plain(v) for k, v in vars(args).items()},
         "max_abs_diff": max_abs_diff,
@@ -872,6 +932,7 @@ def main(argv: list[str] | None = None) -> int:
         "overhead": overhead,
         "assembly": assembly,
     }
+    report["figures"] = figures(report)
     lines = _markdown(report)
     if profile is not None:
         prof = profile.pop("profile")
@@ -879,10 +940,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== profile ({args.profile}, c=32): {profile['rows_per_s']:,.0f} rows/s")
         print("== client thread (event loop / main)\n" + prof["client_thread"])
         print("== dispatch thread\n" + prof["dispatch_thread"])
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "scheduler-cpu.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / "scheduler-cpu.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    write_report(args.out, "scheduler-cpu", report, lines)
     return 0
 
 

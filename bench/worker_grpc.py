@@ -19,19 +19,22 @@ throughput at concurrency 8 >= 60% of the bare server's.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
-import importlib.util
-import json
 import os
-import platform
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench._common import figure, machine, write_report
 from bench._grpc_load import CLIENT_KINDS, MODELS, Load, combine, run_load
-from bench._grpc_report import markdown, ratios
+from bench._grpc_report import (
+    HEADLINE_CONCURRENCY,
+    HEADLINE_MODEL,
+    TARGET_RATIO,
+    markdown,
+    ratios,
+)
 from bench._grpc_servers import (
     Server,
     cpu_split,
@@ -90,6 +93,26 @@ def _row(target: str, load: Load, stats: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def figures(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The headline: worker / bare req/s on the tiny MLP at concurrency 8, and both rates;
+    values are None where that point did not run or answered nothing."""
+    point = f"{HEADLINE_MODEL}, c={HEADLINE_CONCURRENCY}"
+    headline = (HEADLINE_MODEL, HEADLINE_CONCURRENCY)
+    r = next((r for r in rows if (r["model"], r["concurrency"]) == headline), {})
+    ratio = r.get("ratio")
+    return [
+        figure(
+            f"worker / bare req/s ({point})",
+            ratio,
+            "x",
+            target=f">= {TARGET_RATIO:.2f}",
+            met=ratio is not None and ratio >= TARGET_RATIO,
+        ),
+        figure(f"worker req/s ({point})", r.get("worker_requests_per_s"), "req/s"),
+        figure(f"bare req/s ({point})", r.get("bare_requests_per_s"), "req/s"),
+    ]
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
@@ -144,6 +167,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="smoke run: one 0.5 s window per target and point after 0.2 s warm-up",
     )
+    parser.add_argument(
+        "--suite",
+        action="store_true",
+        help="the size `nox -s bench` runs: the MLP only, 3 s per target and point",
+    )
     return parser
 
 
@@ -155,16 +183,6 @@ def _worker_env(pairs: Sequence[str]) -> dict[str, str]:
             raise SystemExit(f"--worker-env takes INFERENCE_SERVER_<KEY>=VALUE, not {pair!r}")
         env[key] = value
     return env
-
-
-def _versions() -> dict[str, str]:
-    out = {}
-    for dist in ("jax", "grpcio", "tritonclient", "uvloop"):
-        try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            out[dist] = "-"
-    return out
 
 
 def _point(
@@ -241,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.quick:
         args.duration, args.rounds, args.warmup = 0.5, 1, 0.2
+    elif args.suite:
+        args.duration, args.rounds, args.warmup, args.model = 3.0, 3, 0.3, ["mlp"]
     servers: dict[str, Server] = {}
     startup: dict[str, float] = {}
     split = None if args.no_pin else cpu_split()
@@ -268,12 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             exits = {target: server.stop() for target, server in servers.items()}
 
-    versions = _versions()
     report: dict[str, Any] = {
-        "machine": platform.platform(),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        **versions,
+        "machine": machine("jax", "grpcio", "tritonclient", "uvloop"),
         "command": " ".join([".venv/bin/python -m bench.worker_grpc", *(argv or sys.argv[1:])]),
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "pinned": (
@@ -292,11 +308,8 @@ def main(argv: list[str] | None = None) -> int:
             if r["first_error"]
         ],
     }
-    lines = markdown(report)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{RESULT_NAME}.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / f"{RESULT_NAME}.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    report["figures"] = figures(report["ratios"])
+    write_report(args.out, RESULT_NAME, report, markdown(report))
     return 0
 
 

@@ -5,40 +5,21 @@ Only the shape of the report is checked: benchmark figures are never asserted in
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests._bench_support import run_bench
 
 
 @pytest.mark.slow
 def test_quick_run_writes_a_report(tmp_path: Path) -> None:
-    out = tmp_path / "results"
-    argv = ["--requests", "20", "--rounds", "1", "--items", "16", "--passes", "1"]
-    argv += ["--chunk", "8", "--out", str(out)]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.client", *argv],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, output
+    bench = run_bench("bench.client", ["--quick"], tmp_path / "out", "client-cpu", timeout=300)
     # The benchmark's staging pools were unregistered and unlinked before it exited.
-    assert not list(Path("/dev/shm").glob(f"reactantserver-client-{proc.pid}-*"))
+    assert not list(Path("/dev/shm").glob(f"reactantserver-client-{bench.pid}-*"))
 
-    report = json.loads((out / "client-cpu.json").read_text())
+    report = bench.report
     assert {"cpus", "python", "grpcio", "tritonclient"} <= set(report["machine"])
     assert report["worker_exit_status"] == 0
 
@@ -69,7 +50,7 @@ def test_quick_run_writes_a_report(tmp_path: Path) -> None:
     # The SHM way really went through shared memory (registered, never latched to inline).
     assert bulk["shm"] == {"pool_registered": True, "pool_latched_inline": False}
 
-    markdown = (out / "client-cpu.md").read_text()
+    markdown = bench.markdown
     assert markdown.startswith("# Thin client vs tritonclient")
     assert "| reactant_sync |" in markdown
     assert "| 8 | reactant_shm |" in markdown

@@ -5,34 +5,21 @@ Only the shape of the report is checked: benchmark figures are never asserted in
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests._bench_support import run_bench
+
 TARGETS = {"direct", "gateway_1", "gateway_2"}
 
 
 @pytest.mark.slow
 def test_quick_run_writes_a_report(tmp_path: Path) -> None:
-    out = tmp_path / "results"
     argv = ["--quick", "--latency-concurrency", "1", "--scaling-concurrency", "4"]
-    argv += ["--scaling-rows", "4", "--out", str(out)]
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.gateway", *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-
-    report = json.loads((out / "gateway-cpu.json").read_text())
-    assert report["machine"]["cpus"] >= 1
+    argv += ["--scaling-rows", "4"]
+    bench = run_bench("bench.gateway", argv, tmp_path / "out", "gateway-cpu")
+    report = bench.report
     assert report["exit_status"] == dict.fromkeys(
         ("worker_a", "worker_b", "gateway_1", "gateway_2"), 0
     )
@@ -64,7 +51,8 @@ def test_quick_run_writes_a_report(tmp_path: Path) -> None:
     assert 0 < scaling["worker_b_share"] < 1
     assert report["errors"] == []
 
-    markdown = (out / "gateway-cpu.md").read_text()
+    assert report["figures"][0]["target"] == "<= 25%"
+    markdown = bench.markdown
     assert markdown.startswith("# Gateway benchmark")
     assert "| gateway_1 | 1 |" in markdown
     assert "| cnn | 4 | gateway_2 |" in markdown

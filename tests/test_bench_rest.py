@@ -5,31 +5,17 @@ Only the shape of the report is checked: benchmark figures are never asserted in
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests._bench_support import run_bench
 
 
 @pytest.mark.slow
 def test_quick_run_writes_a_report(tmp_path: Path) -> None:
-    out = tmp_path / "results"
-    argv = ["--quick", "--concurrency", "8", "--out", str(out)]
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.rest", *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-
-    report = json.loads((out / "rest-cpu.json").read_text())
+    bench = run_bench("bench.rest", ["--quick", "--concurrency", "8"], tmp_path / "out", "rest-cpu")
+    report = bench.report
     runs = {(r["protocol"], r["model"]): r for r in report["runs"]}
     assert set(runs) == {("grpc", "mlp"), ("rest", "mlp")}
     for run in runs.values():
@@ -42,7 +28,7 @@ def test_quick_run_writes_a_report(tmp_path: Path) -> None:
     assert ratio["ratio"] > 0
     assert report["exit_status"] == 0
 
-    markdown = (out / "rest-cpu.md").read_text()
+    markdown = bench.markdown
     assert "Tiny MLP at concurrency 8" in markdown
     assert "| rest | mlp | 8 |" in markdown
     assert "| grpc | mlp | 8 |" in markdown

@@ -5,31 +5,18 @@ Only the shape of the report is checked: benchmark figures are never asserted in
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests._bench_support import run_bench
 
 
 @pytest.mark.slow
 def test_quick_run_writes_a_report(tmp_path: Path) -> None:
-    out = tmp_path / "results"
-    argv = ["--quick", "--concurrency", "8", "--out", str(out)]
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.worker_grpc", *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-
-    report = json.loads((out / "worker-grpc-cpu.json").read_text())
+    argv = ["--quick", "--concurrency", "8"]
+    bench = run_bench("bench.worker_grpc", argv, tmp_path / "out", "worker-grpc-cpu")
+    report = bench.report
     runs = {(r["target"], r["model"]): r for r in report["runs"]}
     assert set(runs) == {(t, m) for t in ("bare", "worker") for m in ("mlp", "cnn")}
     for run in runs.values():
@@ -44,6 +31,6 @@ def test_quick_run_writes_a_report(tmp_path: Path) -> None:
     assert all(r["ratio"] > 0 for r in report["ratios"])
     assert report["exit_status"] == {"bare": 0, "worker": 0}
 
-    markdown = (out / "worker-grpc-cpu.md").read_text()
-    assert "Tiny MLP at concurrency 8" in markdown
-    assert "| worker | mlp | 8 |" in markdown
+    assert report["figures"][0]["target"] == ">= 0.60"
+    assert "Tiny MLP at concurrency 8" in bench.markdown
+    assert "| worker | mlp | 8 |" in bench.markdown
