@@ -209,6 +209,11 @@ def _bytes_past_end(msg: Request) -> None:
     _add(msg, "x", "BYTES", [1], struct.pack("<I", 10) + b"abc")
 
 
+def _bytes_truncated_prefix(msg: Request) -> None:
+    # Enough bytes for two prefixes overall, but the second one is cut off after "ab".
+    _add(msg, "x", "BYTES", [2], _bytes_raw(b"ab") + b"\x03\x00")
+
+
 def _bytes_trailing(msg: Request) -> None:
     _add(msg, "x", "BYTES", [1], _bytes_raw(b"ab") + b"z")
 
@@ -375,6 +380,7 @@ ERROR_CASES: list[tuple[Builder, type[ReactantError], list[str]]] = [
     (_typed_negative_int8, INVALID, ["'x'", "INT8 range"]),
     (_bytes_short_prefix, INVALID, ["'x'", "cannot hold 1 elements"]),
     (_bytes_past_end, INVALID, ["'x'", "element 0", "past the end"]),
+    (_bytes_truncated_prefix, INVALID, ["'x'", "element 1", "truncated length prefix"]),
     (_bytes_trailing, INVALID, ["'x'", "1 trailing bytes"]),
     (_bytes_too_few, INVALID, ["'x'", "3 elements"]),
     (_bytes_huge_shape, INVALID, ["'x'", "cannot hold"]),

@@ -311,6 +311,36 @@ def test_unregister_is_idempotent_and_never_unlinks(
     assert os.path.exists(_path(key))
 
 
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_truncated_object_is_refused_not_touched(
+    registry: SharedMemoryRegistry, make_shm: ShmFactory
+) -> None:
+    # Touching mapped pages past the end of a shrunk object raises SIGBUS and kills the
+    # process (a fault test found it); the registry checks the object's size first.
+    key = make_shm(2 * 4096)
+    fds = _open_fds()
+    registry.register("r", key, 4096, 4096)
+    registry.register("other", make_shm(4096), 0, 64)
+    with registry.read("r", 0, 8) as lease:
+        assert bytes(lease.view) == bytes(8)
+    os.truncate(_path(key), 4096 + 16)
+    with registry.read("r", 8, 8) as lease:  # still inside the object
+        assert bytes(lease.view) == bytes(8)
+    for call in (lambda: registry.read("r", 0, 64), lambda: registry.write("r", 0, b"x" * 64)):
+        with pytest.raises(InvalidArgumentError, match="shrank to 4112 bytes"):
+            call()
+    os.truncate(_path(key), 0)
+    with pytest.raises(InvalidArgumentError, match="shrank to 0 bytes"):
+        registry.read("r", 0, 1)
+    assert registry.write("other", 0, b"fine") == 4
+    registry.unregister("")
+    assert registry.live_mappings() == 0
+    assert _open_fds() == fds
+
+
 def test_unregister_all(registry: SharedMemoryRegistry, make_shm: ShmFactory) -> None:
     keys = [make_shm(4096) for _ in range(3)]
     for i, key in enumerate(keys):

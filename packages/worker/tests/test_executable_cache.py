@@ -73,6 +73,31 @@ def test_corrupt_entry_is_dropped_and_rebuilt(backend: JaxBackend, tmp_path: Pat
     assert backend.to_host(out).shape == (3, 4)
 
 
+@pytest.mark.parametrize("damage", ["memory-kind", "truncated", "unsealed"])
+def test_damaged_entry_never_reaches_the_runtime(
+    backend: JaxBackend, tmp_path: Path, damage: str
+) -> None:
+    # "memory-kind": one flipped bit the runtime deserialises happily, then aborts the process
+    # on first use (a fault test found it); the checksum catches it before deserialisation.
+    module = _module()
+    ExecutableCache(tmp_path, backend).get_or_compile(module, CompileSpec())
+    (entry,) = _entries(tmp_path)
+    sealed = entry.read_bytes()
+    damaged = {
+        "memory-kind": sealed.replace(b"device", b"ddvice", 1),
+        "truncated": sealed[:-1],
+        "unsealed": backend.serialize(backend.compile(module, CompileSpec())),
+    }[damage]
+    assert damaged != sealed
+    entry.write_bytes(damaged)
+    cache = ExecutableCache(tmp_path, backend)
+    exe = cache.get_or_compile(module, CompileSpec())
+    assert (cache.counters.corrupt, cache.counters.compiles) == (1, 1)
+    assert entry.read_bytes() != damaged
+    (out,) = backend.execute(exe, [backend.to_device(np.ones((3, 4), np.float32))])
+    np.testing.assert_allclose(backend.to_host(out), np.sin(np.ones((3, 4))) * 2, rtol=1e-6)
+
+
 def test_unsafe_directory_disables_the_cache(backend: JaxBackend, tmp_path: Path) -> None:
     root = tmp_path / "shared"
     root.mkdir()

@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import math
 import threading
+import weakref
 from typing import Any
 
 import attrs
@@ -162,6 +163,18 @@ def test_expired() -> None:
     queue = queue_of(none, past, now, later)
     assert queue.expired(100) == [past, now]
     assert queue.expired(0) == []
+
+
+def test_an_emptied_queue_keeps_no_request_alive() -> None:
+    m = scheduled()
+    requests = [pending(m, deadline_ns=d) for d in (300, 100, 200)]
+    queue = queue_of(*requests)
+    refs = [weakref.ref(r) for r in requests]
+    queue.remove(requests[1])
+    queue.remove_all([requests[0], requests[2]])
+    del requests
+    assert [ref() for ref in refs] == [None, None, None]
+    assert queue.min_deadline() == math.inf
 
 
 def test_pending_deadline_and_margin() -> None:

@@ -32,6 +32,10 @@ def parse_bytes(buf: bytes | memoryview, shape: tuple[int, ...], what: str) -> n
     out = np.empty(elements, dtype=object)
     pos = 0
     for i in range(elements):
+        if pos + _LENGTH.size > size:
+            raise InvalidArgumentError(
+                f"{what}: BYTES element {i} has a truncated length prefix at byte {pos}"
+            )
         (length,) = _LENGTH.unpack_from(buf, pos)
         pos += _LENGTH.size
         end = pos + length

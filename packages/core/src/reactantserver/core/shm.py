@@ -88,7 +88,11 @@ def _check_range(offset: int, nbytes: int, limit: int, what: str) -> None:
 
 
 class _Mapping:
-    """The mapping behind one registration, counted by its open leases."""
+    """The mapping behind one registration, counted by its open leases.
+
+    ``fd`` stays open with it so that :meth:`check_size` can see the client shrink the object:
+    touching mapped pages past the end of the object raises ``SIGBUS``, which kills the process.
+    """
 
     def __init__(
         self,
@@ -97,9 +101,12 @@ class _Mapping:
         delta: int,
         lock: threading.Lock,
         retired: set[_Mapping],
+        *,
+        fd: int = -1,
     ):
         self.status = status
         self.mm = mm
+        self.fd = fd
         # The mapping starts at the page boundary below the registered offset.
         self.delta = delta
         self.lock = lock
@@ -108,6 +115,18 @@ class _Mapping:
         self.leases = 0
         self.retired = False
         self.closed = False
+
+    def check_size(self, offset: int, nbytes: int, what: str) -> None:
+        """Reject a range the object no longer holds (the client truncated it since)."""
+        if self.fd < 0:
+            return
+        size = os.fstat(self.fd).st_size
+        end = self.status.offset + offset + nbytes
+        if end > size:
+            raise InvalidArgumentError(
+                f"{what}: the shared memory object shrank to {size} bytes; "
+                f"range [{self.status.offset + offset}, {end}) is gone"
+            )
 
     def acquire(self) -> None:
         """Count one more user (caller holds ``lock``)."""
@@ -129,6 +148,10 @@ class _Mapping:
             return
         self.closed = True
         self.retired_set.discard(self)
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
         # BufferError: a caller kept an array derived from a lease past its release. The mmap
         # object stays referenced by that array and unmaps when it is collected, which is safe;
         # unmapping now would leave the array pointing at freed memory.
@@ -212,9 +235,9 @@ class SharedMemoryRegistry:
             raise InvalidArgumentError(f"{what}: byte_size must be positive, got {byte_size}")
         _check_range(offset, byte_size, _INT64_LIMIT, what)
         path = resolve_key(key)
-        mm, delta = _map_range(path, offset, byte_size, f"{what} (key {key!r})")
+        mm, delta, fd = _map_range(path, offset, byte_size, f"{what} (key {key!r})")
         status = RegionStatus(name, key, offset, byte_size)
-        mapping = _Mapping(status, mm, delta, self._lock, self._retired)
+        mapping = _Mapping(status, mm, delta, self._lock, self._retired, fd=fd)
         with self._lock:
             old = self._regions.get(name)
             self._regions[name] = mapping
@@ -317,6 +340,7 @@ class SharedMemoryRegistry:
         with self._lock:
             mapping = self._lookup(name)
             _check_range(offset, nbytes, mapping.status.byte_size, what)
+            mapping.check_size(offset, nbytes, what)
             mapping.acquire()
         return mapping, mapping.delta + offset
 
@@ -326,8 +350,12 @@ class SharedMemoryRegistry:
             self._retired.add(mapping)
 
 
-def _map_range(path: str, offset: int, byte_size: int, what: str) -> tuple[mmap.mmap, int]:
-    """Map the pages covering ``[offset, offset + byte_size)`` of ``path`` read-write."""
+def _map_range(path: str, offset: int, byte_size: int, what: str) -> tuple[mmap.mmap, int, int]:
+    """Map the pages covering ``[offset, offset + byte_size)`` of ``path`` read-write.
+
+    Returns the mapping, the range's start within it and the open descriptor (the caller owns
+    it; it lets later reads check that the client has not truncated the object).
+    """
     try:
         fd = os.open(path, os.O_RDWR | _OPEN_FLAGS)
     except OSError as exc:
@@ -348,10 +376,10 @@ def _map_range(path: str, offset: int, byte_size: int, what: str) -> tuple[mmap.
             )
         except OSError as exc:
             raise InvalidArgumentError(f"{what}: cannot map {path}: {exc.strerror}") from None
-    finally:
-        # The mapping keeps the object alive; the descriptor is not needed past this point.
+    except BaseException:
         os.close(fd)
-    return mm, offset - start
+        raise
+    return mm, offset - start, fd
 
 
 def _as_byte_view(data: Any) -> memoryview:

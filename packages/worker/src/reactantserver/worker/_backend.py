@@ -15,6 +15,7 @@ one of them fails loudly there first::
 from __future__ import annotations
 
 import functools
+import importlib
 import threading
 from collections.abc import Sequence
 from importlib.metadata import version as _dist_version
@@ -42,6 +43,9 @@ from reactantserver.worker.runtime.backend import (
 )
 
 __all__ = ["PLATFORM_ALIASES", "JaxBackend", "jax_versions"]
+
+# jaxlib's extension module (no type stubs): ``collect_garbage`` runs its deferred decrefs.
+_JAXLIB: Any = importlib.import_module("jaxlib._jax")
 
 #: Configuration names of a platform -> the name jax registers the PJRT client under.
 PLATFORM_ALIASES = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda"}
@@ -192,9 +196,15 @@ class JaxBackend:
         return np.array(buf, copy=True)
 
     def free(self, buf: DeviceBuffer) -> None:
-        """Delete a device buffer now (idempotent)."""
+        """Delete a device buffer now (idempotent).
+
+        jaxlib defers dropping Python references released off the GIL (such as the host
+        array a zero-copy transfer aliased) until its next call; collect them now, or an idle
+        worker keeps the last input alive, and with it a client's unregistered shared memory.
+        """
         if not buf.is_deleted():
             buf.delete()
+            _JAXLIB.collect_garbage()
 
     def free_executable(self, exe: Executable) -> None:
         """Drop an executable; jaxlib frees it with its last reference (no explicit call)."""

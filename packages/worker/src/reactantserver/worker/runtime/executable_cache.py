@@ -2,8 +2,10 @@
 disk cache).
 
 Entries live at ``<cache_dir>/executables/<key[:2]>/<key>.bin`` with a ``.json`` note beside
-them. The key covers everything that changes what a compile produces; a corrupt or stale
-entry is deleted and rebuilt, never fatal::
+them. The key covers everything that changes what a compile produces. Each ``.bin`` starts with
+a SHA-256 of the serialised bytes, checked before they reach the runtime (a damaged executable
+can deserialise and then abort the process on use); a corrupt or stale entry is deleted and
+rebuilt, never fatal::
 
     cache = ExecutableCache(cache_dir / "executables", backend, max_bytes=10 << 30)
     exe = cache.get_or_compile(module_bytes, CompileSpec(), model="mlp", file="model.b8.mlir")
@@ -44,6 +46,25 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _FORMAT = "rs-exe-1"
+_MAGIC = b"RSX1"
+"""First bytes of a ``.bin``; the payload's SHA-256 digest follows, then the payload."""
+
+
+def _seal(payload: bytes) -> bytes:
+    """``payload`` framed as a ``.bin`` entry: magic, SHA-256 digest, payload."""
+    return _MAGIC + hashlib.sha256(payload).digest() + payload
+
+
+def _unseal(blob: bytes) -> bytes:
+    """The payload of a ``.bin`` entry; ``ValueError`` when it is truncated or damaged."""
+    head = len(_MAGIC) + hashlib.sha256().digest_size
+    payload = blob[head:]
+    if (
+        blob[: len(_MAGIC)] != _MAGIC
+        or blob[len(_MAGIC) : head] != hashlib.sha256(payload).digest()
+    ):
+        raise ValueError("checksum mismatch (truncated, damaged or foreign entry)")
+    return payload
 
 
 def cache_key(module: bytes, opts: CompileSpec, backend: Backend) -> str:
@@ -187,7 +208,7 @@ class ExecutableCache:
             log.warning("executable cache: cannot read %s: %s", blob_path, exc)
             return None
         try:
-            exe = self._backend.deserialize(blob, opts)
+            exe = self._backend.deserialize(_unseal(blob), opts)
         except Exception as exc:  # any failure means a bad entry: rebuild it
             self.counters.corrupt += 1
             log.warning("executable cache: dropping unusable entry %s: %s", blob_path, exc)
@@ -208,7 +229,7 @@ class ExecutableCache:
         file: str,
         signature: Signature | None,
     ) -> None:
-        blob = self._backend.serialize(exe)
+        blob = _seal(self._backend.serialize(exe))
         blob_path.parent.mkdir(mode=0o700, exist_ok=True)
         note: dict[str, object] = {
             "model": model,

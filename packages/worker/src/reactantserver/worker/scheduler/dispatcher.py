@@ -420,6 +420,9 @@ class Scheduler:
             self._dispatcher.reset_cpu_mark()
             while (work := self._next(wait=True)) is not None:
                 self._do(work)
+                # Idle, the last batch must not stay alive: its inputs may view a client's
+                # shared memory, whose mapping then outlives the region's unregistration.
+                del work
         except BaseException:  # a bug here must still answer every caller (below)
             _log.exception("the dispatch loop failed; failing every queued request")
         finally:

@@ -211,6 +211,7 @@ class ModelQueue:
         if i < len(self._items) and self._items[i] is request:
             del self._keys[i]
             del self._items[i]
+            self._forget_if_empty()
             return True
         return False
 
@@ -224,11 +225,20 @@ class ModelQueue:
             # The usual case: a dispatch takes a prefix of the queue.
             del self._items[:k]
             del self._keys[:k]
+            self._forget_if_empty()
             return
         gone = {id(r) for r in requests}
         kept = [(k, r) for k, r in zip(self._keys, self._items, strict=True) if id(r) not in gone]
         self._keys = [k for k, _ in kept]
         self._items = [r for _, r in kept]
+        self._forget_if_empty()
+
+    def _forget_if_empty(self) -> None:
+        # Nothing queued: every deadline entry is dead. Drop them now, not lazily, or an idle
+        # model keeps its last requests alive (their inputs may view a client's shared memory,
+        # whose mapping would outlive the region's unregistration).
+        if not self._items:
+            self._deadlines.clear()
 
     def window(self, head: Pending, limit: float) -> list[Pending]:
         """``head`` then the requests behind it that coalesce with it, in order.

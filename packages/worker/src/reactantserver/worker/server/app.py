@@ -17,6 +17,7 @@ and whatever is left then fails with ``UNAVAILABLE``::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from typing import Any
@@ -123,7 +124,10 @@ class WorkerServer:
                 start_lifecycle(self.state, booted)
             except BaseException as exc:
                 error = exc
-            loop.call_soon_threadsafe(settle, error)
+            # The server may have shut down and its loop closed during a long first compile:
+            # then nobody waits for this result.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, error)
 
         # A daemon thread: a SIGTERM during a long first compile must not wait for it.
         threading.Thread(target=run, name="reactant-loader", daemon=True).start()
@@ -159,5 +163,10 @@ class WorkerServer:
             await self._http.cleanup()
         if runtime is not None:
             runtime.pool.shutdown(wait=False, cancel_futures=True)
+            if self._booted is not None and self._booted.done():
+                # The dispatch thread is joined: release every host floor, so that the last
+                # holder of a shared weight region unlinks it (02) instead of leaking /dev/shm.
+                for name in list(runtime.weights):
+                    runtime.weights.remove_model(name)
         state.shm.close()
         _log.info("shutdown: done")
