@@ -8,10 +8,12 @@ Sessions:
   lint             ruff (lint + format check) and mypy
   proto            regenerate the checked-in protobuf code and fail if it differs from git
   bench            the benchmark suite (not in the default sessions; ~15 min on 2 cores)
+  soak             the soak test at full size, 100,000 requests (not in the default sessions)
 """
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 
@@ -154,3 +156,26 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "bench.suite", *session.posargs)
     if not session.posargs:
         session.run("python", "-m", "bench.suite", "--update-docs")
+
+
+@nox.session
+def soak(session: nox.Session) -> None:
+    """tests/soak at full size: 100,000 mixed requests at concurrency 32 against one worker.
+
+    ``REACTANT_SOAK_REQUESTS`` overrides the count; arguments go to pytest. The report (errors,
+    RSS growth and its slope, threads, descriptors, shared memory) is printed, not kept: the
+    JSON lands in pytest's tmp dir, out of git.
+    """
+    session.install(*_editable_all(), "-r", str(TEST_REQUIREMENTS))
+    requests = os.environ.get("REACTANT_SOAK_REQUESTS", "100000")
+    session.run(
+        "pytest",
+        "tests/soak",
+        "-s",
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "timeout=3600",
+        *session.posargs,
+        env={"REACTANT_SOAK_REQUESTS": requests},
+    )
