@@ -11,6 +11,14 @@ from typing import Any, Final, TypeVar
 
 import attrs
 
+from reactantserver.core.config_rules import (
+    MAX_GRPC_MESSAGE_BYTES,
+    MAX_PORT,
+    Check,
+    InvalidValue,
+    between,
+    non_empty,
+)
 from reactantserver.core.errors import ConfigError
 
 __all__ = [
@@ -36,10 +44,6 @@ __all__ = [
 GIB: Final = 1 << 30
 #: Upper bound of the default hook-pool size, ``min(cpu_count, 16)`` (04 §Threads).
 HOOK_THREADS_CAP: Final = 16
-#: Largest TCP port.
-MAX_PORT: Final = 65535
-#: gRPC takes message limits as C ints.
-MAX_GRPC_MESSAGE_BYTES: Final = (1 << 31) - 1
 
 #: attrs metadata keys read by the structuring, key-walking and env code.
 CHECK_KEY: Final = "reactantserver.check"
@@ -48,47 +52,7 @@ ENV_ONLY_KEY: Final = "reactantserver.env_only"
 #: A field that cattrs leaves alone because the loader parses it by hand.
 HAND_PARSED_KEY: Final = "reactantserver.hand_parsed"
 
-#: A value rule: ``None`` when the value is fine, else what it must be (``"must be > 0"``).
-Check = Callable[[Any], str | None]
-
 _T = TypeVar("_T")
-
-
-class InvalidValue(ValueError):
-    """A value breaks its key's rule; the message says what it must be and what it got."""
-
-
-def between(
-    lo: float | None = None,
-    hi: float | None = None,
-    *,
-    lo_open: bool = False,
-    hi_open: bool = False,
-) -> Check:
-    """A range rule; ``None`` values (unset optional keys) always pass."""
-    if lo is not None and hi is not None:
-        text = f"must be in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
-    elif lo is not None:
-        text = f"must be {'>' if lo_open else '>='} {lo:g}"
-    else:
-        text = f"must be {'<' if hi_open else '<='} {hi:g}"
-
-    def check(value: Any) -> str | None:
-        if value is None:
-            return None
-        if lo is not None and (value <= lo if lo_open else value < lo):
-            return text
-        if hi is not None and (value >= hi if hi_open else value > hi):
-            return text
-        return None
-
-    return check
-
-
-def non_empty(value: Any) -> str | None:
-    """Rule of strings that must not be empty."""
-    return "must not be empty" if value == "" else None
-
 
 _OCTAL_MODE = re.compile(r"[0-7]{1,4}")
 _MAX_MODE: Final = 0o777

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import ast
 import enum
-import math
 import re
 import types
 import typing
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -34,6 +33,14 @@ from reactantserver.core._config_fields import (
     STRUCTURE_KEY,
     Check,
     InvalidValue,
+)
+from reactantserver.core.config_rules import (
+    describe,
+    format_path,
+    strict_bool,
+    strict_float,
+    strict_int,
+    strict_str,
 )
 from reactantserver.core.errors import ConfigError
 
@@ -76,86 +83,17 @@ class Problem:
     origin: Origin | None = None
 
 
-def format_path(path: Iterable[str | int]) -> str:
-    """``("scheduler", "models", "resnet", "weight")`` → ``scheduler.models.resnet.weight``."""
-    text = ""
-    for part in path:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += f".{part}" if text else part
-    return text
+_SCALARS: Final[Mapping[type, Callable[[object], object]]] = {
+    bool: strict_bool,
+    int: strict_int,
+    float: strict_float,
+    str: strict_str,
+}
 
 
-def describe(value: object) -> str:
-    """What a YAML value is, for messages: ``boolean true``, ``string 'yes'``, ``integer 660``."""
-    if value is None:
-        text = "null"
-    elif isinstance(value, bool):
-        text = f"boolean {'true' if value else 'false'}"
-    elif isinstance(value, int):
-        text = f"integer {value}"
-    elif isinstance(value, float):
-        text = f"number {value!r}"
-    elif isinstance(value, str):
-        text = f"string {value!r}"
-    elif isinstance(value, Mapping):
-        text = "a mapping"
-    elif isinstance(value, list | tuple):
-        text = "a list"
-    else:
-        text = type(value).__name__
-    return text
-
-
-_YAML_BOOL_WORDS: Final = frozenset({"yes", "no", "on", "off", "true", "false", "y", "n"})
-
-
-def _strict_bool(value: object, _type: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    hint = ""
-    if isinstance(value, str) and value.strip().lower() in _YAML_BOOL_WORDS:
-        hint = "; write it unquoted (true or false) so YAML reads a boolean"
-    raise InvalidValue(f"expected a boolean (true or false), got {describe(value)}{hint}")
-
-
-def _strict_int(value: object, _type: object) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    hint = "; write it unquoted" if isinstance(value, str) and value.strip().isdigit() else ""
-    raise InvalidValue(f"expected an integer, got {describe(value)}{hint}")
-
-
-def _strict_float(value: object, _type: object) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        try:
-            number = float(value)
-        except OverflowError:
-            number = math.inf
-        if not math.isfinite(number):
-            raise InvalidValue(f"expected a finite number, got {describe(value)}")
-        return number
-    hint = ""
-    if isinstance(value, str):
-        try:
-            float(value)
-        except ValueError:
-            pass
-        else:
-            hint = "; YAML 1.1 reads 1e-3 as a string: write it unquoted with a dot (1.0e-3)"
-    raise InvalidValue(f"expected a number, got {describe(value)}{hint}")
-
-
-def _strict_str(value: object, _type: object) -> str:
-    if isinstance(value, str):
-        return value
-    hint = ""
-    if isinstance(value, bool):
-        hint = "; YAML reads unquoted yes/no/on/off/true/false as booleans, so quote it"
-    elif isinstance(value, int | float):
-        hint = "; quote it"
-    raise InvalidValue(f"expected a string, got {describe(value)}{hint}")
+def _scalar_hook(parse: Callable[[object], object]) -> Callable[[object, object], object]:
+    # cattrs passes the target type too; the strict parsers only need the value.
+    return lambda value, _type: parse(value)
 
 
 def _structure_choice(value: object, cls: type[enum.StrEnum]) -> enum.StrEnum:
@@ -176,7 +114,7 @@ def _structure_str_tuple(value: object, type_: object) -> tuple[str, ...]:
     errors: list[Exception] = []
     for index, item in enumerate(value):
         try:
-            items.append(_strict_str(item, str))
+            items.append(strict_str(item))
         except InvalidValue as exc:
             exc.__notes__ = [IterableValidationNote(f"index {index}", index, str)]
             errors.append(exc)
@@ -216,10 +154,8 @@ def _is_optional(type_: object) -> bool:
 def make_converter(classes: Sequence[type]) -> cattrs.Converter:
     """A strict converter for ``classes`` (inner classes first): no extra keys, no coercion."""
     converter = cattrs.Converter(forbid_extra_keys=True)
-    converter.register_structure_hook(bool, _strict_bool)
-    converter.register_structure_hook(int, _strict_int)
-    converter.register_structure_hook(float, _strict_float)
-    converter.register_structure_hook(str, _strict_str)
+    for scalar, parse in _SCALARS.items():
+        converter.register_structure_hook(scalar, _scalar_hook(parse))
     converter.register_structure_hook_func(lambda t: t == tuple[str, ...], _structure_str_tuple)
     # Registered on the class: a StrEnum is a str, so the str hook would otherwise match.
     converter.register_structure_hook(enum.StrEnum, _structure_choice)

@@ -7,12 +7,22 @@ when a value is fine, else what it must be (``"must be > 0"``).
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal, TypeAlias
 
 import attrs
 
+from reactantserver.core.config_rules import (
+    MAX_GRPC_MESSAGE_BYTES,
+    MAX_PORT,
+    Check,
+    InvalidValue,
+    between,
+    describe,
+    format_path,
+    non_empty,
+    unique,
+)
 from reactantserver.core.errors import ConfigError
 
 __all__ = [
@@ -38,10 +48,6 @@ __all__ = [
     "unique",
 ]
 
-#: Largest TCP port.
-MAX_PORT: Final = 65535
-#: gRPC takes message limits as C ints.
-MAX_GRPC_MESSAGE_BYTES: Final = (1 << 31) - 1
 ALL_REPLICAS: Final = "all"
 
 Replicas: TypeAlias = int | Literal["all"]
@@ -56,94 +62,6 @@ REQUIRED_HINT_KEY: Final = "reactantserver.gateway.required_hint"
 
 #: A key path inside the config mapping: keys, and list indices as ints.
 KeyPath: TypeAlias = tuple[str | int, ...]
-#: A value rule: ``None`` when the value is fine, else what it must be.
-Check: TypeAlias = Callable[[Any], str | None]
-
-
-class InvalidValue(ValueError):
-    """A value breaks its key's rule; the message says what it must be and what it got."""
-
-
-def format_path(path: Iterable[str | int]) -> str:
-    """``("scheduling", "models", "m", "replicas")`` → ``scheduling.models.m.replicas``."""
-    text = ""
-    for part in path:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += f".{part}" if text else part
-    return text
-
-
-def describe(value: object) -> str:
-    """What a YAML value is, for messages: ``boolean true``, ``string 'yes'``, ``integer 3``."""
-    if value is None:
-        text = "null"
-    elif isinstance(value, bool):
-        text = f"boolean {'true' if value else 'false'}"
-    elif isinstance(value, enum.Enum):
-        text = repr(value.value)
-    elif isinstance(value, int):
-        text = f"integer {value}"
-    elif isinstance(value, float):
-        text = f"number {value!r}"
-    elif isinstance(value, str):
-        text = f"string {value!r}"
-    elif isinstance(value, Mapping):
-        text = "a mapping"
-    elif isinstance(value, list | tuple):
-        text = "a list"
-    else:
-        text = type(value).__name__
-    return text
-
-
-def _num(bound: float | None) -> str:
-    return str(bound) if isinstance(bound, int) else f"{bound:g}"
-
-
-def between(
-    lo: float | None = None,
-    hi: float | None = None,
-    *,
-    lo_open: bool = False,
-    hi_open: bool = False,
-) -> Check:
-    """A range rule; ``None`` values (unset optional keys) always pass."""
-    if lo is not None and hi is not None:
-        text = (
-            f"must be in {'(' if lo_open else '['}{_num(lo)}, {_num(hi)}{')' if hi_open else ']'}"
-        )
-    elif lo is not None:
-        text = f"must be {'>' if lo_open else '>='} {_num(lo)}"
-    else:
-        text = f"must be {'<' if hi_open else '<='} {_num(hi)}"
-
-    def check(value: Any) -> str | None:
-        if value is None:
-            return None
-        if lo is not None and (value <= lo if lo_open else value < lo):
-            return text
-        if hi is not None and (value >= hi if hi_open else value > hi):
-            return text
-        return None
-
-    return check
-
-
-def non_empty(value: Any) -> str | None:
-    """Rule of strings and lists that must not be empty."""
-    return "must not be empty" if len(value) == 0 else None
-
-
-def unique(value: Any) -> str | None:
-    """Rule of lists whose items must not repeat."""
-    seen: set[object] = set()
-    for item in value:
-        if item in seen:
-            return f"must not repeat {item!r}"
-        seen.add(item)
-    return None
 
 
 def _port_text(lo: int) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import difflib
 import enum
 import functools
-import math
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -18,6 +17,7 @@ from typing import Any, Final
 
 import attrs
 
+from reactantserver.core.config_rules import strict_bool, strict_float, strict_int, strict_str
 from reactantserver.core.errors import ConfigError
 from reactantserver.gateway._config_rules import (
     CHECK_KEY,
@@ -54,7 +54,6 @@ class _Invalid:
 
 
 _INVALID: Final = _Invalid()
-_BOOL_WORDS: Final = frozenset({"yes", "no", "on", "off", "true", "false", "y", "n"})
 
 
 @functools.cache
@@ -62,53 +61,6 @@ def resolved_fields(cls: type) -> tuple[attrs.Attribute[Any], ...]:
     """The attrs fields of ``cls`` with their annotations resolved to types."""
     attrs.resolve_types(cls)
     return tuple(attrs.fields(cls))
-
-
-def _strict_bool(value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    hint = ""
-    if isinstance(value, str) and value.strip().lower() in _BOOL_WORDS:
-        hint = "; write it unquoted (true or false) so YAML reads a boolean"
-    raise InvalidValue(f"expected a boolean (true or false), got {describe(value)}{hint}")
-
-
-def _strict_int(value: object) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    hint = "; write it unquoted" if isinstance(value, str) and value.strip().isdigit() else ""
-    raise InvalidValue(f"expected an integer, got {describe(value)}{hint}")
-
-
-def _strict_float(value: object) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        try:
-            number = float(value)
-        except OverflowError:
-            number = math.inf
-        if not math.isfinite(number):
-            raise InvalidValue(f"expected a finite number, got {describe(value)}")
-        return number
-    hint = ""
-    if isinstance(value, str):
-        try:
-            float(value)
-        except ValueError:
-            pass
-        else:
-            hint = "; YAML 1.1 reads 1e-3 as a string: write it unquoted with a dot (1.0e-3)"
-    raise InvalidValue(f"expected a number, got {describe(value)}{hint}")
-
-
-def _strict_str(value: object) -> str:
-    if isinstance(value, str):
-        return value
-    hint = ""
-    if isinstance(value, bool):
-        hint = "; YAML reads unquoted yes/no/on/off/true/false as booleans, so quote it"
-    elif isinstance(value, int | float):
-        hint = "; quote it"
-    raise InvalidValue(f"expected a string, got {describe(value)}{hint}")
 
 
 def _choice(value: object, cls: type[enum.StrEnum]) -> enum.StrEnum:
@@ -122,10 +74,10 @@ def _choice(value: object, cls: type[enum.StrEnum]) -> enum.StrEnum:
 
 
 _SCALARS: Final[Mapping[object, Any]] = {
-    bool: _strict_bool,
-    int: _strict_int,
-    float: _strict_float,
-    str: _strict_str,
+    bool: strict_bool,
+    int: strict_int,
+    float: strict_float,
+    str: strict_str,
 }
 
 
