@@ -34,10 +34,17 @@ HOOK_CRASH = -2000.0
 HOOK_BAD_OUTPUT = -3000.0
 HOOK_SLEEP = 7000.0
 """``x[0, 0] == HOOK_SLEEP``: the preprocess hook sleeps ``x[0, 1]`` seconds first."""
+HOOK_GATE = 8000.0
+"""``x[0, 0] == HOOK_GATE``: the preprocess hook waits until the file ``gate-<x[0, 1]>`` exists
+in ``$HOOKY_GATE_DIR`` (at most :data:`HOOK_GATE_MAX_S`): holds a request in flight for exactly
+as long as a test wants, whatever the machine's speed."""
+HOOK_GATE_MAX_S = 60.0
 
 HOOKY_MODEL_PY = f'''"""Test hooks of the worker end-to-end suite (tests/worker_e2e/_bundles.py)."""
 
+import os
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -55,6 +62,11 @@ def preprocess(inputs):
         return [NamedTensor("x", np.ascontiguousarray(x.data[:, :8]))]
     if marker == {HOOK_SLEEP!r}:
         time.sleep(float(x.data[0, 1]))
+    if marker == {HOOK_GATE!r}:
+        gate = Path(os.environ["HOOKY_GATE_DIR"]) / f"gate-{{int(x.data[0, 1])}}"
+        give_up = time.monotonic() + {HOOK_GATE_MAX_S!r}
+        while not gate.exists() and time.monotonic() < give_up:
+            time.sleep(0.005)
     return [NamedTensor("x", np.asarray(x.data))]
 
 

@@ -315,20 +315,20 @@ class Answers:
 
 
 @contextlib.contextmanager
-def dispatch_held(client: Any, worker: WorkerProcess) -> Iterator[None]:
+def dispatch_held(client: Any, worker: WorkerProcess, already_in_flight: int = 0) -> Iterator[None]:
     """While inside, the dispatch thread runs a long :data:`SPIN` execution.
 
-    Two spin requests go out: a long one and a one-iteration one. Once two requests are in
-    flight and one is queued, the long one is executing (the short one would take
-    microseconds), so anything sent inside the block queues behind it. On exit both spin
-    requests must succeed.
+    Two spin requests go out: a long one and a one-iteration one. Once two requests more than
+    ``already_in_flight`` are in flight and one is queued, the long one is executing (the short
+    one would take microseconds), so anything sent inside the block queues behind it. On exit
+    both spin requests must succeed.
     """
     spins = Answers(2)
     client.async_infer(SPIN, [spin_input()], spins.callback("long"))
     client.async_infer(SPIN, [spin_input(1)], spins.callback("short"))
     wait_for(
         lambda: (
-            worker.metric("worker_inflight_requests") == 2
+            worker.metric("worker_inflight_requests") == already_in_flight + 2
             and worker.metric("worker_queue_depth", model=SPIN) == 1
         ),
         "a spin request executing and another queued",

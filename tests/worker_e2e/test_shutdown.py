@@ -16,7 +16,7 @@ import tritonclient.grpc as grpcclient
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from ._bundles import HOOK_SLEEP, HOOKY, SPIN, assert_close, mlp_reference
+from ._bundles import HOOK_GATE, HOOKY, SPIN, assert_close, mlp_reference
 from ._harness import (
     WAIT_S,
     WorkerProcess,
@@ -34,11 +34,18 @@ pytestmark = pytest.mark.slow
 GRACE_S = 60.0
 """Generous: the drain ends as soon as the queue is empty, the grace is only a bound."""
 CAP = 4
-SLEEP_S = 1.0
 
 
 @pytest.fixture
-def own_worker(repo: Path, cache_dir: Path, tmp_path: Path) -> Iterator[WorkerProcess]:
+def gates(tmp_path: Path) -> Path:
+    """The directory where a test opens the ``HOOK_GATE`` gates of ``hooky``."""
+    path = tmp_path / "gates"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def own_worker(repo: Path, cache_dir: Path, tmp_path: Path, gates: Path) -> Iterator[WorkerProcess]:
     """A worker serving ``hooky`` and ``spin`` with at most :data:`CAP` requests in flight."""
     models = tmp_path / "models"
     models.mkdir()
@@ -49,6 +56,7 @@ def own_worker(repo: Path, cache_dir: Path, tmp_path: Path) -> Iterator[WorkerPr
         "INFERENCE_SERVER_MODEL_CONTROL_MODE": "static",
         "INFERENCE_SERVER_ENDPOINTS_MAX_CONCURRENT_REQUESTS": str(CAP),
         "INFERENCE_SERVER_SHUTDOWN_GRACE_SECONDS": str(GRACE_S),
+        "HOOKY_GATE_DIR": str(gates),
     }
     process = WorkerProcess(models, tmp_path / "worker.log", env)
     process.start()
@@ -86,9 +94,10 @@ class _Pending:
         return result
 
 
-def _slow(seed: int, seconds: float = SLEEP_S) -> np.ndarray[Any, Any]:
+def _gated(gate: int, seed: int) -> np.ndarray[Any, Any]:
+    """A ``hooky`` input whose preprocess hook waits for ``gate-<gate>`` (see ``gates``)."""
     x = rows(1, 16, seed=seed)
-    x[0, 0], x[0, 1] = HOOK_SLEEP, seconds
+    x[0, 0], x[0, 1] = HOOK_GATE, gate
     return x
 
 
@@ -103,33 +112,37 @@ def _serving(worker: WorkerProcess) -> bool:
 
 
 def test_inflight_cap_then_graceful_sigterm(
-    own_worker: WorkerProcess, weights: dict[str, Any]
+    own_worker: WorkerProcess, weights: dict[str, Any], gates: Path
 ) -> None:
     worker = own_worker
     with grpcclient.InferenceServerClient(worker.url) as client:
-        # -- the in-flight cap: CAP slow requests in flight, the next one is shed at once
-        slow = [_Pending(client, HOOKY, _slow(seed=i)) for i in range(CAP)]
+        # -- the in-flight cap: CAP requests held in their hook, the next one is shed at once
+        held = [_Pending(client, HOOKY, _gated(gate=0, seed=i)) for i in range(CAP)]
         wait_for(lambda: _inflight(worker) == CAP, f"{CAP} requests in flight")
         with pytest.raises(InferenceServerException) as caught:
             client.infer(HOOKY, [infer_input("x", rows(1, 16, seed=9), "FP32")])
         assert status_of(caught.value) == "RESOURCE_EXHAUSTED", caught.value
         assert worker.metric("worker_requests_shed_total") >= 1
-        for pending in slow:
+        (gates / "gate-0").touch()
+        for pending in held:
             got = pending.result().as_numpy("logits")
             assert_close(got, mlp_reference(weights[HOOKY], pending.x))
+        wait_for(lambda: _inflight(worker) == 0, "the held requests to leave")
 
-        # -- SIGTERM with one request executing and one queued behind it: on leaving the
-        #    block both must have succeeded (queued work drains)
-        with dispatch_held(client, worker):
-            in_hook = _Pending(client, HOOKY, _slow(seed=20))
-            wait_for(lambda: _inflight(worker) == 3, "a request in its preprocess hook")
+        # -- SIGTERM with a request in its hook, one executing and one queued behind it: the
+        #    queued work drains. The hooked request goes first so that the spin only has to
+        #    outlast the signal, not the set-up.
+        in_hook = _Pending(client, HOOKY, _gated(gate=1, seed=20))
+        wait_for(lambda: _inflight(worker) == 1, "a request in its preprocess hook")
+        with dispatch_held(client, worker, already_in_flight=1):
             worker.signal(signal.SIGTERM)
             # health flips first, then new work is refused
             wait_for(lambda: not _serving(worker), "health to leave SERVING")
             with pytest.raises(InferenceServerException) as refused:
                 client.infer(HOOKY, [infer_input("x", rows(1, 16, seed=21), "FP32")])
             assert status_of(refused.value) == "UNAVAILABLE", refused.value
-        # the request still in its hook gets exactly one answer (04 §Admission step 6: a
+            (gates / "gate-1").touch()
+        # the request that was in its hook gets exactly one answer (04 §Admission step 6: a
         # request reaching the queue after shutdown began is refused)
         assert in_hook.status() in {"OK", "UNAVAILABLE"}
     assert worker.wait(GRACE_S) == 0, worker.log_tail()
