@@ -44,14 +44,13 @@ def test_load_errors(target: Target) -> None:
     answer = request(target, "/v2/repository/models/no_such_bundle/load", b"")
     assert answer.status == 404, answer
     assert "no_such_bundle" in error_body(answer)
-    # A config override gets whatever gRPC answers for it (the same handler decides).
+    # A config override is refused (05 §Repository control) the same way on both protocols.
     with target.clients() as (rest, rpc):
-        grpc_status = 200
-        try:
+        with pytest.raises(InferenceServerException) as caught:
             rpc.load_model(MODEL, config="{}")
-        except InferenceServerException as error:
-            grpc_status = 400 if "INVALID_ARGUMENT" in str(error.status()) else 0
+        assert "INVALID_ARGUMENT" in str(caught.value.status()), caught.value
         body = json.dumps({"parameters": {"config": "{}"}}).encode()
         answer = request(target, f"/v2/repository/models/{MODEL}/load", body)
-        assert answer.status == grpc_status, answer
+        assert answer.status == 400, answer
+        assert "not supported" in error_body(answer)
         assert rest.is_model_ready(MODEL)

@@ -24,6 +24,7 @@ from typing import Any
 
 import grpc
 import numpy as np
+import pytest
 import tritonclient.grpc as grpcclient
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.grpc import service_pb2, service_pb2_grpc
@@ -337,6 +338,13 @@ def dispatch_held(client: Any, worker: WorkerProcess, already_in_flight: int = 0
     for key, (error, result) in spins.wait().items():
         assert error is None, (key, error)
         assert result.as_numpy("y").shape == (1, 16)
+
+
+def failure(call: Callable[..., Any], *args: Any, **kwargs: Any) -> InferenceServerException:
+    """The error ``call(*args, **kwargs)`` raises (it must raise one)."""
+    with pytest.raises(InferenceServerException) as caught:
+        call(*args, **kwargs)
+    return caught.value
 
 
 def status_of(error: BaseException) -> str:

@@ -27,13 +27,15 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 from tritonclient.utils import InferenceServerException
 
-from reactantserver.core.protocol import control_pb2, control_pb2_grpc
+from reactantserver.core.protocol import control_pb2, control_pb2_grpc, grpc_service_pb2
 
 from ._bundles import TOLERANCE, assert_close, load_weights, mlp_reference
 from ._harness import (
     WAIT_S,
     WorkerProcess,
+    failure,
     infer_input,
+    inference_stub,
     message_of,
     open_channel,
     rows,
@@ -108,13 +110,6 @@ def same(actual: Any, desired: Any) -> bool:
 def logits(client: Any, model: str) -> Any:
     """``model``'s answer for :data:`X`."""
     return client.infer(model, [infer_input("x", X, "FP32")]).as_numpy("logits")
-
-
-def failure(call: Callable[..., Any], *args: Any) -> InferenceServerException:
-    """The error ``call(*args)`` raises (it must raise one)."""
-    with pytest.raises(InferenceServerException) as caught:
-        call(*args)
-    return caught.value
 
 
 def infer_status(client: Any, model: str) -> str:
@@ -451,6 +446,26 @@ def test_explicit_load_and_unload(explicit: WorkerProcess, eclient: Any) -> None
     assert_close(logits(eclient, "solo"), expected)
     error = failure(eclient.load_model, "no-such-bundle")
     assert status_of(error) == "NOT_FOUND", error
+
+
+def test_repository_control_refuses_parameters(explicit: WorkerProcess, eclient: Any) -> None:
+    """Config overrides and files are not supported (05 §Repository control), nothing moves."""
+    eclient.load_model("solo")
+    error = failure(eclient.load_model, "solo", config='{"max_batch_size": 4}')
+    assert status_of(error) == "INVALID_ARGUMENT", error
+    assert "config" in message_of(error), error
+    error = failure(eclient.load_model, "fresh", config="{}", files={"file:1/model.mlir": b"x"})
+    assert status_of(error) == "INVALID_ARGUMENT", error
+    assert index_row(eclient, "fresh") is None
+    with open_channel(explicit.url) as channel:
+        stub = inference_stub(channel)
+        unload = grpc_service_pb2.RepositoryModelUnloadRequest(model_name="solo")
+        unload.parameters["unload_dependents"].bool_param = True
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.RepositoryModelUnload(unload, timeout=30)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value
+    assert eclient.is_model_ready("solo")
+    assert_close(logits(eclient, "solo"), reference(explicit.repo / "solo"))
 
 
 def test_explicit_mode_does_not_watch(explicit: WorkerProcess, eclient: Any) -> None:

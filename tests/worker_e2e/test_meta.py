@@ -12,14 +12,13 @@ from __future__ import annotations
 import itertools
 import queue
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from tritonclient.utils import InferenceServerException
 
 from ._bundles import SPIN, SPIN_ITERATIONS, assert_close, export_examples
 from ._harness import (
@@ -27,6 +26,7 @@ from ._harness import (
     Answers,
     WorkerProcess,
     dispatch_held,
+    failure,
     infer_input,
     message_of,
     model_stats,
@@ -161,13 +161,6 @@ def eclient(explicit_worker: WorkerProcess) -> Iterator[Any]:
 
 
 # -- helpers --------------------------------------------------------------------------------------
-
-
-def failure(call: Callable[..., Any], *args: Any, **kwargs: Any) -> InferenceServerException:
-    """The error ``call(*args, **kwargs)`` raises (it must raise one)."""
-    with pytest.raises(InferenceServerException) as caught:
-        call(*args, **kwargs)
-    return caught.value
 
 
 def items(count: int) -> np.ndarray[Any, Any]:

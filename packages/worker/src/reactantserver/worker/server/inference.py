@@ -206,6 +206,9 @@ class InferenceService:
         """``RepositoryModelLoad``/``Unload`` (the control modes of 06)."""
         if not request.model_name:
             await _abort(context, InvalidArgumentError("model_name must not be empty"))
+        refused = _unsupported_parameters(request)
+        if refused is not None:
+            await _abort(context, InvalidArgumentError(refused))
         mode = self.state.config.model_control_mode.value
         if mode == "static":
             await _abort(context, FailedPreconditionError("model control disabled in static mode"))
@@ -378,6 +381,30 @@ class InferenceService:
                 )
             await _abort(context, error)
             raise AssertionError("unreachable") from exc
+
+
+def _unsupported_parameters(request: Any) -> str | None:
+    """Why the parameters of a repository request are refused, or ``None`` (05 §Repository).
+
+    Config overrides and files are not supported: the bundle directory is a model's only
+    source. ``unload_dependents: false``, which tritonclient's ``unload_model`` always sends,
+    is the behaviour here and passes; ``true`` does not (unload the meta models first).
+    """
+    parameters = request.parameters
+    names = sorted(parameters)
+    if isinstance(request, pb.RepositoryModelUnloadRequest) and "unload_dependents" in names:
+        value = parameters["unload_dependents"]
+        if value.WhichOneof("parameter_choice") == "bool_param" and not value.bool_param:
+            names.remove("unload_dependents")
+        else:
+            return "unload_dependents is not supported; unload the meta models that use it first"
+    if not names:
+        return None
+    rpc = type(request).__name__.removesuffix("Request")
+    return (
+        f"request parameters are not supported by {rpc} (got: {', '.join(names)}); "
+        "the bundle directory is the only source of a model"
+    )
 
 
 def _unready(reason: str) -> str:
