@@ -166,11 +166,16 @@ class Server:
         return self.proc.returncode
 
 
-def start_bare(tmp: Path, cpus: frozenset[int] | None) -> Server:
-    """Start ``python -m bench._bare_server`` on a free port, its output in ``tmp/bare.log``."""
+def start_bare(tmp: Path, cpus: frozenset[int] | None, *, handoff: bool = False) -> Server:
+    """Start ``python -m bench._bare_server`` on a free port, its output in ``tmp/bare.log``
+    (``handoff``: answers through a second thread, ``tmp/bare-handoff.log``)."""
     port = free_port()
     argv = [sys.executable, "-m", "bench._bare_server", "--port", str(port)]
-    return Server("bare server", argv, dict(os.environ), port, tmp / "bare.log", cpus=cpus)
+    name, log = "bare server", tmp / "bare.log"
+    if handoff:
+        argv.append("--handoff")
+        name, log = "bare server with a thread hand-off", tmp / "bare-handoff.log"
+    return Server(name, argv, dict(os.environ), port, log, cpus=cpus)
 
 
 def _worker_module() -> str:

@@ -13,7 +13,9 @@ process's per-thread CPU from ``/proc`` just before and after each of its window
 the same span, and reports CPU per request by stage (decode, queue, dispatch, encode; thread
 CPU clocks inside the worker) and ``other`` = process CPU minus the stages (gRPC transport,
 XLA's threads), next to the bare server's CPU per request. Target: worker req/s at concurrency
-8 >= 0.60 of the bare server's. Also measures what the stage clocks themselves cost.
+8 >= 0.60 of the bare server's. Also measures what the stage clocks themselves cost, and a
+third target, the bare server with ``--handoff`` (each answer through a second thread, as the
+worker's dispatch thread delivers results): how much of the gap the thread round trip explains.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from bench._overhead_report import STAGES, markdown
 ROOT = Path(__file__).resolve().parent.parent
 RESULT_NAME = "overhead-cpu"
 MODEL = "mlp"
-TARGETS = ("bare", "worker")
+TARGETS = ("bare", "bare_handoff", "worker")
+"""The plain floor, the floor with the worker's thread round trip per answer, the worker."""
 
 
 @attrs.frozen
@@ -225,6 +228,10 @@ def figures(report: dict[str, Any]) -> list[dict[str, Any]]:
                     met=r["ratio"] >= TARGET_RATIO,
                 )
             )
+    for r in ratios(report["runs"], subject="bare_handoff"):
+        if r["concurrency"] == HEADLINE_CONCURRENCY:
+            name = f"bare with a thread hand-off / bare req/s ({point})"
+            out.append(figure(name, r["ratio"], "x"))
     for s in report["stages"]:
         if s["concurrency"] == HEADLINE_CONCURRENCY:
             out.append(figure(f"worker CPU / request ({point})", s["process_us"], "us"))
@@ -273,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                 models = tmp / "models"
                 export_examples(models, [MODEL])
             servers["bare"] = start_bare(tmp, server_cpus)
+            servers["bare_handoff"] = start_bare(tmp, server_cpus, handoff=True)
             servers["worker"] = start_worker(tmp, models, {}, server_cpus)
             if client_cpus is not None:
                 os.sched_setaffinity(0, client_cpus)  # before any client thread exists

@@ -17,6 +17,9 @@ from ._harness import WAIT_S, WorkerProcess, infer_input, raw_request, response_
 
 pytestmark = pytest.mark.slow
 
+SLOW_S = 2.0
+"""How long the ``slow`` request sleeps in its hook: far longer than the other two need."""
+
 
 def test_stream_correlates_by_id_and_survives_a_bad_request(
     worker: WorkerProcess, weights: dict[str, Any]
@@ -83,7 +86,7 @@ def test_raw_stream_error_carries_the_id_and_answers_in_completion_order(
 ) -> None:
     x = rows(2, 16, seed=75)
     slow = rows(1, 16, seed=76)
-    slow[0, 0], slow[0, 1] = HOOK_SLEEP, 0.5
+    slow[0, 0], slow[0, 1] = HOOK_SLEEP, SLOW_S
     wrong = rows(2, 15, seed=0)
     requests = [
         raw_request(HOOKY, [("x", "FP32", slow.shape, slow.tobytes())], request_id="slow"),
@@ -100,6 +103,6 @@ def test_raw_stream_error_carries_the_id_and_answers_in_completion_order(
     assert not bad.infer_response.outputs
     assert not by_id["fast"].error_message
     assert_close(response_array(by_id["fast"].infer_response, 0), mlp_reference(weights["mlp"], x))
-    # completion order: the request held in its hook for 0.5 s is answered last
+    # completion order: the request held in its hook is answered last
     assert responses[-1].infer_response.id == "slow"
     assert not responses[-1].error_message
