@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from reactantserver.core.config import LogFormat, LoggingConfig, LogLevel
-from reactantserver.core.logs import JsonFormatter, TextFormatter, configure_logging
+from reactantserver.core.logs import JsonFormatter, TextFormatter, configure_logging, hold_records
 
 
 def _record(message: str = "model loaded model=%s", *args: object) -> logging.LogRecord:
@@ -61,3 +61,26 @@ def test_configure_logging_sets_level_and_format() -> None:
     assert root.level == logging.WARNING
     assert len(root.handlers) == 1
     assert isinstance(root.handlers[0].formatter, JsonFormatter)
+
+
+@pytest.mark.usefixtures("restore_root")
+def test_held_records_are_replayed_in_the_configured_format(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    config_log = logging.getLogger("reactantserver.core.config")
+    with hold_records() as held:
+        config_log.info("config override X=%r sets %s", "1", "a.b")
+        config_log.warning("config: mode %s is risky", "666")
+    assert (list(root.handlers), root.level) == (handlers, level)
+    assert capsys.readouterr().err == ""  # nothing printed while the format was unknown
+    assert [r.getMessage() for r in held.records] == [
+        "config override X='1' sets a.b",
+        "config: mode 666 is risky",
+    ]
+
+    configure_logging(LoggingConfig(level=LogLevel.WARNING, format=LogFormat.JSON), held.records)
+    lines = capsys.readouterr().err.splitlines()
+    assert [json.loads(line)["msg"] for line in lines] == ["config: mode 666 is risky"]
+    assert json.loads(lines[0])["logger"] == "reactantserver.core.config"

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -50,3 +54,31 @@ def test_ctl_is_dispatched_to_the_operator_cli() -> None:
     done = subprocess.run([_script(), "ctl", "--help"], capture_output=True, text=True, check=False)
     assert done.returncode == 0
     assert "set-replicas" in done.stdout
+
+
+def test_configuration_warnings_are_logged_in_the_configured_format(tmp_path: Path) -> None:
+    """Held while the configuration loads, then written as JSON like every later line."""
+    with socket.socket() as squatter:  # the gRPC address is taken: start-up fails, exit 1
+        squatter.bind(("127.0.0.1", 0))
+        config = tmp_path / "gateway.yml"
+        config.write_text(
+            "endpoints: ['127.0.0.1:1']\n"
+            f"listen: {{grpc: '127.0.0.1:{squatter.getsockname()[1]}', metrics: '127.0.0.1:0'}}\n"
+            "logging: {format: json}\n"
+            "scheduling: {model_aware: {network_seconds: {'10.9.9.9:8001': 0.001}}}\n"
+        )
+        done = subprocess.run(
+            [_script(), "--config", str(config)],
+            env={k: v for k, v in os.environ.items() if not k.startswith("REACTANT_GATEWAY")},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 1, done.stderr
+    # gRPC's C core reports the failed bind on its own lines; every logging record is JSON.
+    lines = [line for line in done.stderr.splitlines() if not re.match(r"[EWIF]\d{4} ", line)]
+    records = [json.loads(line) for line in lines]
+    warned = [r for r in records if r["logger"] == "reactantserver.gateway.config"]
+    assert any("'10.9.9.9:8001'" in r["msg"] for r in warned), done.stderr
+    assert warned[0]["level"] == "WARNING"

@@ -6,7 +6,11 @@ Serving itself is driven end to end by ``tests/worker_e2e`` (a real subprocess a
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -62,3 +66,43 @@ def test_module_entry_point_matches_the_script(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "is not a directory" in done.stderr
+
+
+def test_configuration_warnings_survive_a_configuration_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("INFERENCE_SERVER_RUNTIME_SHARED_HOST_WEIGHTS_MODE", "666")
+    assert _cli.main(["--model-repo", str(tmp_path / "absent")]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert "WARNING reactantserver.core.config" in lines[0]
+    assert "shared_host_weights_mode '666' lets any local user write" in lines[0]
+    assert "configuration error" in lines[-1]
+
+
+def test_configuration_warnings_are_logged_in_the_configured_format(tmp_path: Path) -> None:
+    """Held while the configuration loads, then written as JSON like every later line."""
+    with socket.socket() as squatter:  # the gRPC port is taken: the worker exits 1 early
+        squatter.bind(("127.0.0.1", 0))
+        env = {
+            **os.environ,
+            "INFERENCE_SERVER_ENDPOINTS_PORT": str(squatter.getsockname()[1]),
+            "INFERENCE_SERVER_ENDPOINTS_METRICS_PORT": "0",
+            "INFERENCE_SERVER_LOGGING_FORMAT": "json",
+            "INFERENCE_SERVER_RUNTIME_SHARED_HOST_WEIGHTS_MODE": "666",
+            "INFERENCE_SERVER_CACHE_DIR": str(tmp_path / "cache"),
+        }
+        done = subprocess.run(
+            [_script(), "--model-repo", str(tmp_path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert done.returncode == 1, done.stderr
+    # gRPC's C core reports the failed bind on its own lines; every logging record is JSON.
+    lines = [line for line in done.stderr.splitlines() if not re.match(r"[EWIF]\d{4} ", line)]
+    records = [json.loads(line) for line in lines]
+    messages = [r["msg"] for r in records if r["logger"] == "reactantserver.core.config"]
+    assert any("shared_host_weights_mode '666'" in m for m in messages), done.stderr
+    assert any("cannot open the listeners" in r["msg"] for r in records), done.stderr

@@ -1,13 +1,18 @@
 """Process logging from ``logging.level`` and ``logging.format`` (12 §Logs), any process.
 
 ``text``: ``<ISO time> <LEVEL> <logger> <message>``; ``json``: one object per line with
-``ts`` (UTC RFC 3339), ``level``, ``logger`` and ``msg`` (plus ``exc`` when there is one)::
+``ts`` (UTC RFC 3339), ``level``, ``logger`` and ``msg`` (plus ``exc`` when there is one).
+Loading the configuration logs (overrides, risky settings) before the format is known, so a
+process holds those records and replays them once logging is configured::
 
-    configure_logging(config.logging)
+    with hold_records() as held:
+        config = load_worker_config(...)
+    configure_logging(config.logging, held.records)
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import datetime
 import json
@@ -15,16 +20,19 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 from reactantserver.core.config import LogFormat, LoggingConfig
 
 __all__ = [
     "SUPERVISOR_PID_VARIABLE",
+    "HeldRecords",
     "JsonFormatter",
     "TextFormatter",
     "configure_logging",
     "die_with_parent",
+    "hold_records",
+    "print_held",
 ]
 
 #: Set by the node supervisor on its children: its PID, so a child can follow it out.
@@ -66,8 +74,47 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data)
 
 
-def configure_logging(config: LoggingConfig) -> None:
-    """Send every record at ``config.level`` or above to stderr in ``config.format``."""
+class HeldRecords(logging.Handler):
+    """Keeps every record it is given, for :func:`configure_logging` to replay."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Keep ``record``."""
+        self.records.append(record)
+
+
+@contextlib.contextmanager
+def hold_records() -> Iterator[HeldRecords]:
+    """Inside, records of every level are held instead of printed (logging is not set up yet)."""
+    root = logging.getLogger()
+    held = HeldRecords()
+    level = root.level
+    root.addHandler(held)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield held
+    finally:
+        root.removeHandler(held)
+        root.setLevel(level)
+
+
+def print_held(held: Sequence[logging.LogRecord]) -> None:
+    """Held warnings and errors as text on stderr: for a process whose configuration failed,
+    which therefore knows no format (the rest of the logging setup is left alone)."""
+    formatter = TextFormatter()
+    for record in held:
+        if record.levelno >= logging.WARNING:
+            print(formatter.format(record), file=sys.stderr)
+
+
+def configure_logging(config: LoggingConfig, held: Sequence[logging.LogRecord] = ()) -> None:
+    """Send every record at ``config.level`` or above to stderr in ``config.format``.
+
+    ``held`` records (see :func:`hold_records`) are written first, those at the level or above.
+    """
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if config.format is LogFormat.JSON else TextFormatter())
     root = logging.getLogger()
@@ -75,6 +122,9 @@ def configure_logging(config: LoggingConfig) -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(config.level.value.upper())
+    for record in held:
+        if record.levelno >= root.level:
+            handler.handle(record)
 
 
 def die_with_parent(env: Mapping[str, str] = os.environ) -> None:

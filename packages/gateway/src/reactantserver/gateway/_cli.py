@@ -19,7 +19,7 @@ from pathlib import Path
 import uvloop
 
 from reactantserver.core.errors import ConfigError
-from reactantserver.core.logs import configure_logging, die_with_parent
+from reactantserver.core.logs import configure_logging, die_with_parent, hold_records, print_held
 from reactantserver.gateway import __version__
 from reactantserver.gateway._ctl import ctl_main
 from reactantserver.gateway.config import GatewayConfig, load_gateway_config
@@ -84,12 +84,17 @@ def main(argv: list[str] | None = None) -> int:
     if args_list[:1] == ["ctl"]:
         return ctl_main(args_list[1:])
     args = _parser().parse_args(args_list)
-    try:
-        config = load_gateway_config(args.config, os.environ)
-    except ConfigError as exc:
-        print(f"{_PROG}: configuration error: {exc}", file=sys.stderr)
+    error: ConfigError | None = None
+    with hold_records() as held:
+        try:
+            config = load_gateway_config(args.config, os.environ)
+        except ConfigError as exc:
+            error = exc
+    if error is not None:
+        print_held(held.records)
+        print(f"{_PROG}: configuration error: {error}", file=sys.stderr)
         return 2
-    configure_logging(config.logging)
+    configure_logging(config.logging, held.records)
     die_with_parent()
     return uvloop.run(_serve(config))
 

@@ -20,7 +20,7 @@ import uvloop
 
 from reactantserver.core.config import WorkerConfig, load_worker_config
 from reactantserver.core.errors import ConfigError
-from reactantserver.core.logs import configure_logging, die_with_parent
+from reactantserver.core.logs import configure_logging, die_with_parent, hold_records, print_held
 from reactantserver.worker import __version__
 from reactantserver.worker.runtime.xla_env import apply_xla_environment
 from reactantserver.worker.server.app import WorkerServer
@@ -83,12 +83,17 @@ async def _serve(config: WorkerConfig) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run ``reactantserver-worker``; returns the process exit status."""
     args = _parser().parse_args(argv)
-    try:
-        config = _config(args)
-    except ConfigError as exc:
-        print(f"{_PROG}: configuration error: {exc}", file=sys.stderr)
+    error: ConfigError | None = None
+    with hold_records() as held:
+        try:
+            config = _config(args)
+        except ConfigError as exc:
+            error = exc
+    if error is not None:
+        print_held(held.records)
+        print(f"{_PROG}: configuration error: {error}", file=sys.stderr)
         return 2
-    configure_logging(config.logging)
+    configure_logging(config.logging, held.records)
     _log.info(
         "config loaded worker=%s overrides=%s",
         config.worker_name or "-",
