@@ -29,6 +29,7 @@ from reactantserver.worker.runtime._oom_retry import (
     is_device_oom,
     run_with_oom_retry,
 )
+from reactantserver.worker.runtime._weight_moves import WeightMoves
 from reactantserver.worker.runtime._weight_source import (
     HostArray,
     StoreWeightSource,
@@ -56,7 +57,7 @@ OVERSIZE_WARNING_INTERVAL_S = 60.0
 _log = logging.getLogger(__name__)
 
 
-class WeightCache:
+class WeightCache(WeightMoves):
     """Keeps model weights on the device: device-pinned ones always, the rest LRU under a budget.
 
     ``enabled=False`` is the cache-less mode (CPU without ``weight_cache_max_bytes``, or
@@ -69,6 +70,9 @@ class WeightCache:
     Counters (monotonic): ``loads``, ``evictions``, ``compactions``, ``load_seconds``,
     ``load_bytes``; gauges: ``resident_bytes``, ``budget``, ``pinned_bytes``; :meth:`stats`
     snapshots them all.
+
+    The moves themselves (loads, frees, LRU evictions) are :class:`WeightMoves`'; this class
+    decides when they happen.
     """
 
     def __init__(
@@ -84,27 +88,18 @@ class WeightCache:
     ) -> None:
         if budget < 0:
             raise ValueError(f"budget must be >= 0, got {budget}")
-        self._backend = backend
+        super().__init__(
+            backend,
+            budget=budget,
+            busy=busy if busy is not None else never_busy,
+            clock=clock,
+            oversize_warning_interval_s=oversize_warning_interval_s,
+        )
         self._enabled = enabled
         self._explicit = explicit
-        self.busy: Callable[[str], bool] = busy if busy is not None else never_busy
-        self._clock = clock
-        self._oversize_interval = oversize_warning_interval_s
-        self._entries: dict[str, CacheEntry] = {}
-        # Resident, evictable models, least recently used first.
-        self._lru: OrderedDict[str, None] = OrderedDict()
-        self._budget = budget
         self._policy: BudgetPolicy | None = None
         self._solved: WeightBudget | None = None
-        self.loads = 0
-        self.evictions = 0
         self.compactions = 0
-        self.load_seconds = 0.0
-        self.load_bytes = 0
-        self.loads_since_compaction = 0
-        """On-demand loads since the last compaction (drives ``scheduler.compaction_interval``)."""
-        self.largest_load_bytes = 0
-        """The largest on-demand model loaded so far (the probe's bound on resident weights)."""
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -127,11 +122,6 @@ class WeightCache:
     def budget_solution(self) -> WeightBudget | None:
         """The last solved budget, when a :class:`BudgetPolicy` is in force."""
         return self._solved
-
-    @property
-    def resident_bytes(self) -> int:
-        """Bytes of device-resident weights that count against the budget."""
-        return sum(self._entries[name].nbytes for name in self._lru)
 
     @property
     def pinned_bytes(self) -> int:
@@ -169,10 +159,6 @@ class WeightCache:
     def host_resident(self, name: str) -> bool:
         """Whether the host floor of ``name`` is materialised."""
         return self._entry(name).source.host_resident
-
-    def lru_order(self) -> list[str]:
-        """Resident evictable models, least recently used first."""
-        return list(self._lru)
 
     def stats(self) -> WeightCacheStats:
         """Counters and gauges now."""
@@ -360,85 +346,6 @@ class WeightCache:
         buffers = self._load(entry)
         return list(buffers)
 
-    def _make_room(self, entry: CacheEntry) -> None:
-        need = entry.nbytes
-        oversize = need > self._budget
-        if oversize:
-            self._warn_oversize(entry)
-        for victim in self._victims(exclude=entry.name):
-            if not oversize and self.resident_bytes + need <= self._budget:
-                break
-            self._evict(victim)
-
-    def _victims(self, exclude: str | None) -> list[CacheEntry]:
-        # Idle models first (no queued requests, no in-flight meta run), then busy ones; each
-        # group least recently used first.
-        idle: list[CacheEntry] = []
-        queued: list[CacheEntry] = []
-        for name in self._lru:
-            if name != exclude:
-                (queued if self.busy(name) else idle).append(self._entries[name])
-        return idle + queued
-
-    def _warn_oversize(self, entry: CacheEntry) -> None:
-        now = self._clock()
-        last = entry.oversize_warned_at
-        if last is None or now - last >= self._oversize_interval:
-            entry.oversize_warned_at = now
-            _log.warning(
-                "weights of %r (%d bytes) exceed the on-demand budget (%d bytes): "
-                "evicting every other on-demand model and loading anyway",
-                entry.name,
-                entry.nbytes,
-                self._budget,
-            )
-
-    def _load(self, entry: CacheEntry) -> list[DeviceBuffer]:
-        start = time.perf_counter()
-        hosts = entry.source.load()
-        buffers: list[DeviceBuffer] = []
-        try:
-            for host in hosts:
-                buffers.append(self._backend.to_device(host))
-        except BaseException:
-            for buf in buffers:
-                self._backend.free(buf)
-            raise
-        entry.buffers = buffers
-        entry.loads += 1
-        self.loads += 1
-        self.load_bytes += entry.nbytes
-        self.load_seconds += time.perf_counter() - start
-        if entry.residency.evictable:
-            self._lru[entry.name] = None
-            self.loads_since_compaction += 1
-            self.largest_load_bytes = max(self.largest_load_bytes, entry.nbytes)
-        return buffers
-
-    def _evict(self, entry: CacheEntry) -> None:
-        self._free(entry)
-        entry.evictions += 1
-        self.evictions += 1
-        _log.debug("evicted weights of %r (%d bytes)", entry.name, entry.nbytes)
-
-    def _free(self, entry: CacheEntry) -> None:
-        # Eagerly: waiting for the garbage collector would leave the arena fragmented and full.
-        buffers, entry.buffers = entry.buffers, None
-        self._lru.pop(entry.name, None)
-        for buf in buffers or ():
-            self._backend.free(buf)
-
-    def evict_unpinned(self, keep: str | None = None) -> int:
-        """Evict every resident on-demand model except ``keep``; returns how many.
-
-        For the OOM retry and the probe. Like budget evictions these count in ``evictions``
-        (compaction, removal and explicit-mode unpinning do not).
-        """
-        victims = self._victims(exclude=keep)
-        for victim in victims:
-            self._evict(victim)
-        return len(victims)
-
     def compact(self, reload: Iterable[str] = ()) -> int:
         """Free every on-demand device weight at once, then reload ``reload``; returns the count.
 
@@ -477,9 +384,3 @@ class WeightCache:
             self.memory_report(),
         )
         return reloaded
-
-    def _entry(self, name: str) -> CacheEntry:
-        try:
-            return self._entries[name]
-        except KeyError:
-            raise KeyError(f"model {name!r} is not in the weight cache") from None

@@ -2,7 +2,9 @@
 
 One :class:`threading.Condition` guards the queues, the committed list, the control queue
 and the statistics; the dispatch thread holds it only to select and dequeue, then
-executes outside it (XLA releases the GIL), so requests keep arriving::
+executes outside it (XLA releases the GIL), so requests keep arriving. This module admits
+requests and manages the model table; the thread's loop is ``_loop``, a batch's execution
+``_dispatch``::
 
     scheduler = Scheduler(backend, cache, config.scheduler)
     scheduler.add_model(ScheduledModel.from_loaded(loaded))
@@ -17,9 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import logging
 import math
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -38,7 +38,8 @@ from reactantserver.worker.runtime.backend import Backend
 from reactantserver.worker.runtime.probe import RunKey
 from reactantserver.worker.runtime.weight_cache import WeightCache
 from reactantserver.worker.scheduler._dispatch import Dispatcher
-from reactantserver.worker.scheduler._state import SchedulerState, Work
+from reactantserver.worker.scheduler._loop import SHUTTING_DOWN, DispatchLoop
+from reactantserver.worker.scheduler._state import SchedulerState
 from reactantserver.worker.scheduler.costs import CostTable
 from reactantserver.worker.scheduler.model import ScheduledModel
 from reactantserver.worker.scheduler.queue import (
@@ -53,9 +54,6 @@ from reactantserver.worker.scheduler.stats import ModelStats, StatsSnapshot
 
 __all__ = ["SHUTTING_DOWN", "Scheduler"]
 
-SHUTTING_DOWN = "server is shutting down"
-
-_log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 Outputs = list[np.ndarray[Any, Any]]
 
@@ -80,8 +78,7 @@ class Scheduler:
         self._cache = cache
         self._clock = clock
         self._s = SchedulerState(self.config)
-        self._dispatcher = Dispatcher(self._s, backend, cache, clock)
-        self._thread: threading.Thread | None = None
+        self._loop = DispatchLoop(self._s, Dispatcher(self._s, backend, cache, clock), clock)
         if cache is not None:
             cache.busy = self.busy
 
@@ -381,10 +378,7 @@ class Scheduler:
 
     def start(self) -> None:
         """Start the dispatch thread."""
-        if self._thread is not None:
-            raise RuntimeError("the scheduler is already started")
-        self._thread = threading.Thread(target=self._run, name="reactant-dispatch", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop(self, grace_s: float = 10.0) -> None:
         """Stop admitting, serve what is queued for up to ``grace_s``, fail the rest, join.
@@ -392,122 +386,11 @@ class Scheduler:
         Every request still queued after the grace and every pending control command fails
         with ``UNAVAILABLE``; no caller is left waiting.
         """
-        with self._s.cond:
-            if not self._s.stopping:
-                self._s.stopping = True
-                self._s.stop_deadline_ns = self._clock() + int(grace_s * 1e9)
-            self._s.cond.notify_all()
-        if self._thread is not None:
-            if self._thread is not threading.current_thread():
-                self._thread.join()
-        else:
-            self._finish()
+        self._loop.stop(grace_s)
 
     def step(self) -> bool:
         """Run one turn of the loop on the calling thread, without waiting (tests).
 
         Returns whether there was anything to do.
         """
-        self._dispatcher.reset_cpu_mark()
-        work = self._next(wait=False)
-        if work is None:
-            return False
-        self._do(work)
-        return True
-
-    def _run(self) -> None:
-        try:
-            self._dispatcher.reset_cpu_mark()
-            while (work := self._next(wait=True)) is not None:
-                self._do(work)
-                # Idle, the last batch must not stay alive: its inputs may view a client's
-                # shared memory, whose mapping then outlives the region's unregistration.
-                del work
-        except BaseException:  # a bug here must still answer every caller (below)
-            _log.exception("the dispatch loop failed; failing every queued request")
-        finally:
-            self._finish()
-
-    def _next(self, *, wait: bool) -> Work | None:
-        with self._s.cond:
-            while True:
-                if self._s.controls:
-                    controls = list(self._s.controls)
-                    self._s.controls.clear()
-                    return Work(controls=controls)
-                now = self._clock()
-                drained = not self._s.queued and not self._s.holds
-                if self._s.stopping and (drained or now >= self._s.stop_deadline_ns):
-                    return None
-                if self._s.queued:
-                    work = self._s.take_locked(now)
-                    if work.taken or work.expired:
-                        return work
-                    continue
-                if not wait:
-                    return None
-                timeout = None
-                if self._s.stopping:
-                    timeout = max(0.0, (self._s.stop_deadline_ns - now) * 1e-9)
-                self._s.cond.wait(timeout)
-
-    def _do(self, work: Work) -> None:
-        for fn, future in work.controls:
-            self._run_control(fn, future)
-        if work.controls:
-            self._dispatcher.reset_cpu_mark()  # loads and other commands are no request's work
-        for request in work.expired:
-            request.completion.fail(
-                DeadlineExceededError(
-                    f"deadline exceeded while queued for model '{request.model.name}'"
-                )
-            )
-        if work.taken:
-            try:
-                self._dispatcher.dispatch(work.taken, work.batch)
-            except BaseException as exc:  # a bug must not strand the callers
-                _log.exception("dispatch of %r failed", work.taken[0].model.name)
-                self._dispatcher.settle(work.taken, exc)
-        self._dispatcher.maybe_compact()
-
-    def _run_control(
-        self, fn: Callable[[], Any], future: concurrent.futures.Future[Any] | None
-    ) -> None:
-        if future is not None and not future.set_running_or_notify_cancel():
-            return
-        try:
-            result = fn()
-        except BaseException as exc:
-            if future is None:
-                _log.exception("control command failed")
-            else:
-                future.set_exception(exc)
-        else:
-            if future is not None:
-                future.set_result(result)
-
-    def _finish(self) -> None:
-        """Fail everything left (after the loop ends); nothing is left hanging."""
-        with self._s.cond:
-            self._s.stopping = True
-            self._s.finished = True
-            left = [r for q in self._s.queues.values() for r in q]
-            for queue in self._s.queues.values():
-                queue.remove_all(list(queue))
-            self._s.queued = 0
-            self._s.committed.clear()
-            controls = list(self._s.controls)
-            self._s.controls.clear()
-            for request in left:
-                request.state = State.DONE
-            self._s.release_locked(left)
-            drained = list(self._s.controls)
-            self._s.controls.clear()
-        error = ShuttingDownError(SHUTTING_DOWN)
-        for request in left:
-            request.completion.fail(error)
-        for _fn, future in controls:
-            if future is not None and future.set_running_or_notify_cancel():
-                future.set_exception(ShuttingDownError(SHUTTING_DOWN))
-        for fn, future in drained:
-            self._run_control(fn, future)
+        return self._loop.step()
