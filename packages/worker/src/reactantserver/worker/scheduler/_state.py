@@ -135,12 +135,19 @@ class SchedulerState:
 
     def plan_locked(self, queue: ModelQueue, head: Pending) -> tuple[list[Pending], int]:
         model = head.model
+        pad_up = self.config.pad_up_when_cheaper and model.coalescable
+        # A plan from the queue's head depends only on the queue's contents, unless pad-up
+        # weighs learned costs: reuse it until the queue changes.
+        reusable = not pad_up and head is queue[0]
+        if reusable and queue.plan_memo is not None:
+            taken, batch = queue.plan_memo
+            return list(taken), batch
         sizes = model.sizes[head.variant]
         cap = model.max_batch_size
         limit = min(math.inf if cap is None else cap, sizes[-1])
         window = queue.window(head, limit)
         measured = None
-        if self.config.pad_up_when_cheaper and model.coalescable:
+        if pad_up:
             name = model.name
             measured = lambda s: self.costs.measured(name, s)  # noqa: E731
         plan = plan_batch(
@@ -150,7 +157,10 @@ class SchedulerState:
             coalescable=model.coalescable,
             measured=measured,
         )
-        return window[: plan.count], plan.batch
+        taken = window[: plan.count]
+        if reusable:
+            queue.plan_memo = (taken, plan.batch)
+        return list(taken), plan.batch
 
     def retire_locked(self, model: ScheduledModel) -> None:
         model.admitting = False

@@ -185,6 +185,9 @@ class ModelQueue:
         # no longer QUEUED are dropped when they reach the top. Keeps edf selection and the
         # expiry purge O(log n) instead of a scan of the queue.
         self._deadlines: list[tuple[int, int, Pending]] = []
+        #: The scheduler's plan from the head (taken requests, batch), dropped by every change
+        #: to the contents: the fair discipline plans every queue on every dispatch.
+        self.plan_memo: tuple[list[Pending], int] | None = None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -201,6 +204,7 @@ class ModelQueue:
         i = bisect.bisect_right(self._keys, key)
         self._keys.insert(i, key)
         self._items.insert(i, request)
+        self.plan_memo = None
         if request.deadline_ns is not None:
             heapq.heappush(self._deadlines, (request.deadline_ns, request.seq, request))
 
@@ -211,6 +215,7 @@ class ModelQueue:
         if i < len(self._items) and self._items[i] is request:
             del self._keys[i]
             del self._items[i]
+            self.plan_memo = None
             self._forget_if_empty()
             return True
         return False
@@ -221,6 +226,7 @@ class ModelQueue:
             self.remove(requests[0])
             return
         k = len(requests)
+        self.plan_memo = None
         if all(a is b for a, b in zip(self._items[:k], requests, strict=False)):
             # The usual case: a dispatch takes a prefix of the queue.
             del self._items[:k]
