@@ -23,12 +23,12 @@ import numpy as np
 
 from reactantserver.core._codec_bytes import parse_bytes
 from reactantserver.core._codec_contents import typed_to_array
+from reactantserver.core._codec_params import param_value
 from reactantserver.core._codec_tensor import SHM_REGION, wire_payload
 from reactantserver.core._rest_json import (
     bad_request,
     infer_parameter,
     json_type,
-    parameter_value,
     parse_json_object,
 )
 from reactantserver.core._rest_types import (
@@ -288,7 +288,7 @@ def infer_response(msg: pb.ModelInferResponse, plan: OutputPlan) -> RestResponse
 def _plain(params: Mapping[str, pb.InferParameter]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in sorted(params):
-        value = parameter_value(params[key])
+        value = param_value(params[key])
         if value is not None:
             out[key] = value
     return out

@@ -18,6 +18,7 @@ import numpy as np
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
+from reactantserver.core._codec_params import set_param
 from reactantserver.core._rest_types import RestCallError
 from reactantserver.core.protocol import grpc_service_pb2 as pb
 
@@ -26,14 +27,9 @@ __all__ = [
     "infer_parameter",
     "json_type",
     "message_to_json",
-    "parameter_value",
     "parse_json_object",
     "require_int",
 ]
-
-_INT64_MIN = -(1 << 63)
-_INT64_LIMIT = 1 << 63
-_UINT64_LIMIT = 1 << 64
 
 
 def bad_request(message: str) -> RestCallError:
@@ -87,40 +83,25 @@ def _float(value: float, *, single: bool) -> float | str:
     return float(str(np.float32(value))) if single else value
 
 
-def parameter_value(param: pb.InferParameter) -> bool | int | str | float | None:
-    """The plain JSON value of an ``InferParameter`` (``None`` when no member is set)."""
-    kind = param.WhichOneof("parameter_choice")
-    if kind is None:
-        return None
-    value: bool | int | str | float = getattr(param, kind)
-    return value
-
-
 def infer_parameter(
     params: MutableMapping[str, pb.InferParameter], key: str, value: object, what: str
 ) -> None:
     """Store a JSON parameter value as the ``InferParameter`` a gRPC client would send.
 
     bool → ``bool_param``, int → ``int64_param`` (``uint64_param`` past int64), float →
-    ``double_param``, str → ``string_param``; anything else is a 400 naming ``what``.
+    ``double_param``, str → ``string_param`` (``set_param``); anything else is a 400 naming
+    ``what``.
     """
-    if isinstance(value, bool):
-        params[key].bool_param = value
-    elif isinstance(value, int):
-        if not _INT64_MIN <= value < _UINT64_LIMIT:
-            raise bad_request(f"{what}: parameter {key!r} ({value}) fits neither int64 nor uint64")
-        if value >= _INT64_LIMIT:
-            params[key].uint64_param = value
-        else:
-            params[key].int64_param = value
-    elif isinstance(value, float):
-        params[key].double_param = value
-    elif isinstance(value, str):
-        params[key].string_param = value
-    else:
+    try:
+        set_param(params, key, value)
+    except ValueError:
+        raise bad_request(
+            f"{what}: parameter {key!r} ({value}) fits neither int64 nor uint64"
+        ) from None
+    except TypeError:
         raise bad_request(
             f"{what}: parameter {key!r} must be a bool, number or string, got {json_type(value)}"
-        )
+        ) from None
 
 
 def parse_json_object(body: bytes, what: str, *, empty_ok: bool = True) -> dict[str, Any]:
