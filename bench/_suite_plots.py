@@ -114,8 +114,10 @@ def plot_overhead(reports: Reports, path: Path) -> str:
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2 if split else 1, figsize=(12.5 if split else 6, 4.5))
     ax = axes[0] if split else axes
-    for target in ("bare", "worker"):
+    for target in ("bare", "worker", "worker_delay"):
         rows = sorted((r for r in runs if r["target"] == target), key=lambda r: r["concurrency"])
+        if not rows:
+            continue
         ax.plot(
             [r["concurrency"] for r in rows],
             [r["requests_per_s"] for r in rows],

@@ -41,8 +41,17 @@ from bench._overhead_report import STAGES, markdown
 ROOT = Path(__file__).resolve().parent.parent
 RESULT_NAME = "overhead-cpu"
 MODEL = "mlp"
-TARGETS = ("bare", "bare_handoff", "worker")
-"""The plain floor, the floor with the worker's thread round trip per answer, the worker."""
+TARGETS = ("bare", "bare_handoff", "worker", "worker_delay")
+"""The plain floor, the floor with the worker's thread round trip per answer, the worker with
+the default configuration, and the worker with a queue delay (:data:`QUEUE_DELAY_ENV`)."""
+QUEUE_DELAY_US = 1000
+#: The tuned worker: wait up to 1 ms for rows on an idle device, pad up to a compiled size
+#: when the learned costs say it is cheaper (04, beyond). At c=8 with one-row requests the
+#: queue gathers ~8 rows per execution instead of 1.
+QUEUE_DELAY_ENV = {
+    "INFERENCE_SERVER_SCHEDULER_MAX_QUEUE_DELAY_MICROSECONDS": str(QUEUE_DELAY_US),
+    "INFERENCE_SERVER_SCHEDULER_PAD_UP_WHEN_CHEAPER": "true",
+}
 
 
 @attrs.frozen
@@ -228,6 +237,18 @@ def figures(report: dict[str, Any]) -> list[dict[str, Any]]:
                     met=r["ratio"] >= TARGET_RATIO,
                 )
             )
+    for r in ratios(report["runs"], subject="worker_delay"):
+        if r["concurrency"] == HEADLINE_CONCURRENCY:
+            name = f"worker with a {QUEUE_DELAY_US} us queue delay / bare req/s ({point})"
+            out.append(
+                figure(
+                    name,
+                    r["ratio"],
+                    "x",
+                    target=f">= {TARGET_RATIO:.2f}",
+                    met=r["ratio"] >= TARGET_RATIO,
+                )
+            )
     for r in ratios(report["runs"], subject="bare_handoff"):
         if r["concurrency"] == HEADLINE_CONCURRENCY:
             name = f"bare with a thread hand-off / bare req/s ({point})"
@@ -282,10 +303,14 @@ def main(argv: list[str] | None = None) -> int:
             servers["bare"] = start_bare(tmp, server_cpus)
             servers["bare_handoff"] = start_bare(tmp, server_cpus, handoff=True)
             servers["worker"] = start_worker(tmp, models, {}, server_cpus)
+            (tmp / "delay").mkdir()
+            servers["worker_delay"] = start_worker(
+                tmp / "delay", models, QUEUE_DELAY_ENV, server_cpus
+            )
             if client_cpus is not None:
                 os.sched_setaffinity(0, client_cpus)  # before any client thread exists
             ready = {
-                t: s.wait_ready([MODEL] if t == "worker" else [], args.startup_timeout)
+                t: s.wait_ready([MODEL] if t.startswith("worker") else [], args.startup_timeout)
                 for t, s in servers.items()
             }
             runs: list[dict[str, Any]] = []

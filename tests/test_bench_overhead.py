@@ -26,11 +26,12 @@ def test_quick_run_writes_a_report(tmp_path: Path) -> None:
         ("bare", 8),
         ("bare_handoff", 8),
         ("worker", 8),
+        ("worker_delay", 8),
     }
     for run in report["runs"]:
         assert run["requests"] > 0
         assert run["errors"] == 0, run["first_error"]
-    assert report["exit_status"] == {"bare": 0, "bare_handoff": 0, "worker": 0}
+    assert report["exit_status"] == {"bare": 0, "bare_handoff": 0, "worker": 0, "worker_delay": 0}
     (stages,) = report["stages"]
     assert stages["requests"] > 0
     assert set(stages["us_per_request"]) == {*STAGES, "other"}
@@ -44,5 +45,6 @@ def test_quick_run_writes_a_report(tmp_path: Path) -> None:
     assert report["figures"][0]["target"] == ">= 0.60"
     assert {f"{stage} CPU / request (mlp, c=8)" for stage in (*STAGES, "other")} <= set(names)
     assert "bare with a thread hand-off / bare req/s (mlp, c=8)" in names
+    assert "worker with a 1000 us queue delay / bare req/s (mlp, c=8)" in names
     assert "| worker | 8 |" in bench.markdown
     assert "## Worker CPU per request by stage (us)" in bench.markdown

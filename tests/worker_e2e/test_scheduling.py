@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from ._bundles import HOOK_SLEEP, HOOKY, assert_close, mlp_reference, two_io_reference
@@ -17,6 +19,7 @@ from ._harness import (
     message_of,
     model_stats,
     rows,
+    running_worker,
     status_of,
     wait_for,
 )
@@ -165,3 +168,37 @@ def test_concurrent_requests_coalesce_and_keep_their_rows(
     old = {b.batch_size: b.compute_infer.count for b in before.batch_stats}
     assert grown.get(32, 0) - old.get(32, 0) >= 1
     assert sum(grown.values()) - sum(old.values()) == executions
+
+
+QUEUE_DELAY_US = 1_000_000
+"""Long enough that a burst sent back to back always lands inside one wait."""
+
+
+def test_queue_delay_coalesces_requests_sent_to_an_idle_worker(
+    repo: Path, cache_dir: Path, tmp_path: Path, weights: dict[str, Any]
+) -> None:
+    env = {
+        "INFERENCE_SERVER_CACHE_DIR": str(cache_dir),
+        "INFERENCE_SERVER_MODEL_CONTROL_MODE": "static",
+        "INFERENCE_SERVER_SCHEDULER_MAX_QUEUE_DELAY_MICROSECONDS": str(QUEUE_DELAY_US),
+    }
+    # mlp compiles 1, 8 and 32: eight one-row requests fill one 8 (04 §Batch planning).
+    xs = [rows(1, 16, seed=140 + i) for i in range(8)]
+    with (
+        running_worker(repo, tmp_path / "worker.log", env) as worker,
+        grpcclient.InferenceServerClient(worker.url) as client,
+    ):
+        config = client.get_model_config("mlp", as_json=True)["config"]
+        assert int(config["dynamic_batching"]["max_queue_delay_microseconds"]) == QUEUE_DELAY_US
+        answers = Answers(len(xs))
+        for i, x in enumerate(xs):
+            client.async_infer("mlp", [infer_input("x", x, "FP32")], answers.callback(str(i)))
+        results = answers.wait()
+        stats = model_stats(client, "mlp")
+    for i, x in enumerate(xs):
+        error, result = results[str(i)]
+        assert error is None, error
+        assert_close(result.as_numpy("logits"), mlp_reference(weights["mlp"], x))
+    # Without the delay an idle worker runs each of these on arrival (eight executions).
+    assert (stats.inference_count, stats.execution_count) == (len(xs), 1), stats
+    assert [b.batch_size for b in stats.batch_stats] == [8]

@@ -89,6 +89,7 @@ SPEC_DEFAULTS: list[tuple[str, object]] = [
     ("scheduler.compaction_interval", 0),
     ("scheduler.default_priority", 1),
     ("scheduler.pad_up_when_cheaper", False),
+    ("scheduler.max_queue_delay_microseconds", 0),
     ("scheduler.models", {}),
     ("meta.concurrency", 2),
     ("meta.scratch_bytes", GIB),
@@ -179,6 +180,9 @@ REJECTED: list[tuple[str, object]] = [
     ("scheduler.models.resnet.weight", -1.0),
     ("scheduler.models.resnet.residency", "gpu"),
     ("scheduler.models.resnet.max_batch_size", 0),
+    ("scheduler.max_queue_delay_microseconds", -1),
+    ("scheduler.max_queue_delay_microseconds", 1_000_001),
+    ("scheduler.models.resnet.max_queue_delay_microseconds", -1),
     ("meta.concurrency", 0),
     ("meta.scratch_slots", 0),
     ("endpoints.host", ""),
@@ -219,6 +223,8 @@ ACCEPTED: list[tuple[str, object]] = [
     ("scheduler.cost_ema_alpha", 1),
     ("scheduler.compaction_interval", 0),
     ("scheduler.models.resnet.max_batch_size", 1),
+    ("scheduler.max_queue_delay_microseconds", 1_000_000),
+    ("scheduler.models.resnet.max_queue_delay_microseconds", 0),
     ("meta.scratch_bytes", 0),
     ("meta.scratch_bytes", -1),
     ("endpoints.port", 65535),
@@ -361,6 +367,17 @@ def test_per_model_settings() -> None:
     assert loaded.scheduler.models["resnet"] == ModelSchedulingConfig(weight=2.0, max_batch_size=8)
     assert loaded.scheduler.models["bert"] == ModelSchedulingConfig()
     assert isinstance(loaded.scheduler.models["resnet"].weight, float)
+
+
+def test_queue_delay_per_model_overrides_the_global_one() -> None:
+    models = {"resnet": {"max_queue_delay_microseconds": 0}, "bert": {"weight": 2}}
+    data = {"scheduler": {"max_queue_delay_microseconds": 500, "models": models}}
+    scheduler = worker_config_from_mapping(data, ENV).scheduler
+    assert scheduler.queue_delay_us("resnet") == 0
+    assert scheduler.queue_delay_us("bert") == 500
+    assert scheduler.queue_delay_us("unlisted") == 500
+    env = {**ENV, "INFERENCE_SERVER_SCHEDULER_MAX_QUEUE_DELAY_MICROSECONDS": "250"}
+    assert worker_config_from_mapping({}, env).scheduler.queue_delay_us("any") == 250
 
 
 # ---- cross-field rules ----------------------------------------------------------------------

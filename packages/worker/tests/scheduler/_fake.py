@@ -169,6 +169,7 @@ class Harness:
         coalescable: bool = True,
         weight: float = 1.0,
         max_batch_size: int | None = None,
+        queue_delay_s: float = 0.0,
         inputs: Sequence[TensorSpec] = (X,),
         output_axes: Sequence[int | None] = (0,),
         variants: Iterable[int | None] = (None,),
@@ -205,6 +206,7 @@ class Harness:
             variant_keys=dict(variant_keys or {}),
             weight=weight,
             max_batch_size=max_batch_size,
+            queue_delay_ns=round(queue_delay_s * 1e9),
             on_drained=on_drained,
         )
 

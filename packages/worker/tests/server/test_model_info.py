@@ -146,6 +146,8 @@ def test_coalescable_model_omits_the_batch_axis(make_bundle: BundleMaker, load: 
         ),
     )
     assert _config(entry) == pb.ModelConfigResponse(config=expected)
+    delayed = _config(entry, queue_delay_us=750).config.dynamic_batching
+    assert delayed.max_queue_delay_microseconds == 750
 
 
 def test_batch_axis_off_front_reports_no_max_batch(make_bundle: BundleMaker, load: Loader) -> None:

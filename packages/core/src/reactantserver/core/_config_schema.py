@@ -140,11 +140,13 @@ class RuntimeConfig:
 
 @attrs.frozen
 class ModelSchedulingConfig:
-    """``scheduler.models.<m>``: one model's fair-share weight, residency and batch cap."""
+    """``scheduler.models.<m>``: one model's fair-share weight, residency, batch cap and
+    queue delay (unset: the global ``scheduler.max_queue_delay_microseconds``)."""
 
     weight: float = setting(1.0, check=between(0, lo_open=True))
     residency: Residency | None = None
     max_batch_size: int | None = setting(None, check=between(1))
+    max_queue_delay_microseconds: int | None = setting(None, check=between(0, 1_000_000))
 
 
 def _models(value: Mapping[str, ModelSchedulingConfig]) -> Mapping[str, ModelSchedulingConfig]:
@@ -164,6 +166,9 @@ class SchedulerConfig:
     compaction_interval: int = setting(0, check=between(0))
     default_priority: int = setting(1, check=between(1))
     pad_up_when_cheaper: bool = setting(False)
+    max_queue_delay_microseconds: int = setting(0, check=between(0, 1_000_000))
+    """How long a coalescable model's oldest request may wait for more rows while the device
+    is idle (beyond, 04); 0 never waits."""
     # Read-only by type; excluded from the hash because a dict is not hashable.
     models: Mapping[str, ModelSchedulingConfig] = attrs.field(
         factory=dict, converter=_models, hash=False
@@ -172,6 +177,11 @@ class SchedulerConfig:
     def for_model(self, name: str) -> ModelSchedulingConfig:
         """The scheduling settings of ``name`` (the defaults when it has no entry)."""
         return self.models.get(name, _DEFAULT_MODEL_SCHEDULING)
+
+    def queue_delay_us(self, name: str) -> int:
+        """``name``'s queue delay in microseconds: its own setting, else the global one."""
+        own = self.for_model(name).max_queue_delay_microseconds
+        return self.max_queue_delay_microseconds if own is None else own
 
 
 _DEFAULT_MODEL_SCHEDULING: Final = ModelSchedulingConfig()

@@ -1,7 +1,9 @@
 """The dispatch thread's loop: take work under the lock, run it outside, fail what is left (04).
 
 Each turn takes the pending control commands if there are any, else the next batch and the
-requests that expired while queued; it runs them outside the lock. The loop ends when
+requests that expired while queued; it runs them outside the lock. When every queued model is
+waiting out its queue delay (``max_queue_delay_microseconds``), the turn sleeps until the first
+delay ends or a queue fills. The loop ends when
 stopping and drained, or when the grace is over; then every request and control command still
 waiting fails with ``UNAVAILABLE``, so no caller is left waiting.
 """
@@ -96,7 +98,8 @@ class DispatchLoop:
                 drained = not self._s.queued and not self._s.holds
                 if self._s.stopping and (drained or now >= self._s.stop_deadline_ns):
                     return None
-                if self._s.queued:
+                hold = self._s.hold_until_locked(now) if self._s.queued else None
+                if self._s.queued and hold is None:
                     work = self._s.take_locked(now)
                     if work.taken or work.expired:
                         return work
@@ -104,9 +107,15 @@ class DispatchLoop:
                 if not wait:
                     return None
                 timeout = None
-                if self._s.stopping:
+                if hold is not None:
+                    timeout = (hold - now) * 1e-9
+                elif self._s.stopping:
                     timeout = max(0.0, (self._s.stop_deadline_ns - now) * 1e-9)
-                self._s.cond.wait(timeout)
+                self._s.holding = hold is not None
+                try:
+                    self._s.cond.wait(timeout)
+                finally:
+                    self._s.holding = False
 
     def _do(self, work: Work) -> None:
         for fn, future in work.controls:

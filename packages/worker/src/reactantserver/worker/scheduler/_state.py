@@ -68,6 +68,9 @@ class SchedulerState:
     """Meta requests in flight: their committed sub-calls are still admitted while draining."""
     finished: bool = False
     stop_deadline_ns: int = 0
+    holding: bool = False
+    """The dispatch thread is sleeping out a queue delay; admission wakes it only for a
+    queue that became ready (see :meth:`ready_at_locked`)."""
 
     def __attrs_post_init__(self) -> None:
         self.load = RecentLoad(self.config.ema_halflife_seconds)
@@ -133,6 +136,43 @@ class SchedulerState:
             None,
         )
 
+    def hold_until_locked(self, now: int) -> int | None:
+        """While every queued model waits out its queue delay, the instant the first wait
+        ends; ``None`` when something can be dispatched now (04, beyond: queue delay)."""
+        if self.committed or self.stopping:
+            return None
+        until: int | None = None
+        for queue in self.queues.values():
+            if not queue:
+                continue
+            ready_at = self.ready_at_locked(queue, now)
+            if ready_at <= now:
+                return None
+            until = ready_at if until is None else min(until, ready_at)
+        return until
+
+    def ready_at_locked(self, queue: ModelQueue, now: int) -> int:
+        """When a non-empty queue should be dispatched: ``now`` unless its model has a queue
+        delay and the batch from its head could still grow.
+
+        The batch waits for more rows until its oldest request has waited the model's delay.
+        It does not wait at all when a deadline in it falls within that delay, when it has
+        reached the largest size it could run, or when a request that cannot join it is
+        queued behind it.
+        """
+        head = queue[0]
+        model = head.model
+        if model.queue_delay_ns <= 0 or not model.coalescable:
+            return now
+        limit = _row_limit(model, head)
+        window = queue.window(head, limit)
+        if len(window) < len(queue) or sum(r.rows for r in window) >= limit:
+            return now
+        end = min(r.enqueue_ns for r in window) + model.queue_delay_ns
+        if any(r.deadline_ns is not None and r.deadline_ns <= end for r in window):
+            return now
+        return max(end, now)
+
     def plan_locked(self, queue: ModelQueue, head: Pending) -> tuple[list[Pending], int]:
         model = head.model
         pad_up = self.config.pad_up_when_cheaper and model.coalescable
@@ -144,8 +184,7 @@ class SchedulerState:
             return list(taken), batch
         sizes = model.sizes[head.variant]
         cap = model.max_batch_size
-        limit = min(math.inf if cap is None else cap, sizes[-1])
-        window = queue.window(head, limit)
+        window = queue.window(head, _row_limit(model, head))
         measured = None
         if pad_up:
             name = model.name
@@ -186,3 +225,9 @@ class SchedulerState:
                 stats.queue_cpu_ns += ns
 
     # -- dispatch (outside the lock) -------------------------------------------------------
+
+
+def _row_limit(model: ScheduledModel, head: Pending) -> float:
+    """The most rows one execution from ``head`` can take: largest compiled size, capped."""
+    cap = model.max_batch_size
+    return min(math.inf if cap is None else cap, model.sizes[head.variant][-1])

@@ -210,7 +210,10 @@ class Scheduler:
             model.outstanding += 1
             if committed:
                 self._s.committed.append(request)
-            self._s.cond.notify()
+            # A dispatch thread sleeping out a queue delay only needs waking for a queue
+            # that is ready now (full, or a request that cannot join the waiting batch).
+            if committed or not self._s.holding or self._s.ready_at_locked(queue, now) <= now:
+                self._s.cond.notify()
             self._s.stats[name].queue_cpu_ns += time.thread_time_ns() - started
             return request
 

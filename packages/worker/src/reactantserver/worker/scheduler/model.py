@@ -34,10 +34,10 @@ ProgramKey = tuple[int | None, int]
 class ScheduledModel:
     """A model generation: its executables by (variant, size) and how to batch its tensors.
 
-    ``weights`` is the model's key in the weight cache (``None``: no weights). ``weight`` and
-    ``max_batch_size`` come from ``scheduler.models.<name>``. ``admitting`` turns off when a
-    newer generation replaces this one or the model is unloaded; ``on_drained`` then runs on
-    the dispatch thread after the generation's last queued request.
+    ``weights`` is the model's key in the weight cache (``None``: no weights). ``weight``,
+    ``max_batch_size`` and ``queue_delay_ns`` come from ``scheduler.*``. ``admitting`` turns
+    off when a newer generation replaces this one or the model is unloaded; ``on_drained``
+    then runs on the dispatch thread after the generation's last queued request.
     """
 
     name: str
@@ -53,6 +53,8 @@ class ScheduledModel:
     weights: str | None = None
     weight: float = 1.0
     max_batch_size: int | None = None
+    queue_delay_ns: int = 0
+    """How long the oldest queued request may wait for more rows on an idle device."""
     admitting: bool = True
     outstanding: int = 0
     """Requests of this generation queued or being dispatched."""
@@ -75,6 +77,7 @@ class ScheduledModel:
         generation: int = 1,
         weight: float = 1.0,
         max_batch_size: int | None = None,
+        queue_delay_ns: int = 0,
     ) -> ScheduledModel:
         """The scheduler's view of a freshly loaded bundle."""
         manifest = loaded.manifest
@@ -101,6 +104,7 @@ class ScheduledModel:
             weights=loaded.name if loaded.weight_specs else None,
             weight=weight,
             max_batch_size=max_batch_size,
+            queue_delay_ns=queue_delay_ns,
         )
 
     @property

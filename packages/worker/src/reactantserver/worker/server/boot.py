@@ -273,6 +273,7 @@ def admit_model(
             generation=compiled.generation,
             weight=settings.weight,
             max_batch_size=settings.max_batch_size,
+            queue_delay_ns=state.config.scheduler.queue_delay_us(manifest.name) * 1000,
         )
         if scheduled.weights is not None:
             scheduled.weights = key

@@ -171,6 +171,7 @@ class InferenceService:
             effective_max_batch=0 if scheduled is None else scheduled.max_batch,
             residency=residency,
             weight_bytes=weight_bytes,
+            queue_delay_us=0 if scheduled is None else scheduled.queue_delay_ns // 1000,
         )
 
     async def model_statistics(

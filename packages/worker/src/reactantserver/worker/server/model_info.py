@@ -167,13 +167,15 @@ def model_config(
     effective_max_batch: int,
     residency: str,
     weight_bytes: int,
+    queue_delay_us: int = 0,
 ) -> pb.ModelConfigResponse:
     """``ModelConfig`` generated from the manifest (05 §ModelConfig).
 
     ``platform`` is the backend platform, ``effective_max_batch`` the scheduled model's
     ``max_batch`` (reported only when the model coalesces and every client tensor batches
     along axis 0), ``max_queue_depth`` the per-model queue limit, ``residency`` and
-    ``weight_bytes`` go to ``parameters`` as given.
+    ``weight_bytes`` go to ``parameters`` as given, ``queue_delay_us`` (the model's
+    ``max_queue_delay_microseconds``, 0 by default) to ``dynamic_batching``.
     """
     config = mc.ModelConfig(
         name=entry.name,
@@ -210,7 +212,7 @@ def model_config(
                 preferred_batch_size=[
                     b for b in manifest.compiled_batch_sizes if b <= effective_max_batch
                 ],
-                max_queue_delay_microseconds=0,
+                max_queue_delay_microseconds=queue_delay_us,
                 default_queue_policy=mc.ModelQueuePolicy(
                     max_queue_size=max_queue_depth, allow_timeout_override=True
                 ),
