@@ -180,7 +180,9 @@ def test_tls_worker_serves_a_client_that_trusts_the_ca(tls_worker: WorkerProcess
     with client(tls_worker.url, pki) as triton:
         assert triton.is_server_live()
         assert infer(triton).shape[0] == 3
-    assert "tls=True" in tls_worker.log_tail(100000)
+    log = tls_worker.log_tail(100000)
+    assert "tls=True" in log
+    assert "forwarding lane" not in log  # the lane carries no TLS: never opened with it
 
 
 def test_tls_worker_refuses_plaintext(tls_worker: WorkerProcess) -> None:
@@ -218,4 +220,5 @@ def test_tritonclient_infers_through_a_tls_gateway_over_mtls_to_the_worker(
         return sum(int(m.get("inference_count", 0)) for m in stats["model_stats"])
 
     assert count(after) - count(before) >= 3 * 3  # the worker ran the gateway's requests
+    assert tls_gateway.metric("gateway_worker_lane") == 0  # TLS towards workers: gRPC only
     assert refused(client(tls_gateway.url)) == "UNAVAILABLE"

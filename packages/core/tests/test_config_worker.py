@@ -101,6 +101,7 @@ SPEC_DEFAULTS: list[tuple[str, object]] = [
     ("endpoints.max_concurrent_requests", 64),
     ("endpoints.control_service", True),
     ("endpoints.reflection", True),
+    ("endpoints.lane", True),
     ("endpoints.tls.cert_file", ""),
     ("endpoints.tls.key_file", ""),
     ("endpoints.tls.client_ca_file", ""),

@@ -23,6 +23,7 @@ COMMON = {
     "gateway_worker_latency_seconds": ("histogram", ("rpc", "worker")),
     "gateway_routing_table_size": ("gauge", ()),
     "gateway_worker_ready": ("gauge", ("worker",)),
+    "gateway_worker_lane": ("gauge", ("worker",)),
     "gateway_worker_metrics_up": ("gauge", ("worker",)),
     "gateway_inflight_requests": ("gauge", ()),
     "gateway_requests_shed": ("counter", ()),
@@ -60,6 +61,7 @@ def touch_everything(m: GatewayMetrics) -> None:
     m.observe_request("ModelInfer", "m", grpc.StatusCode.OK, 0.003)
     m.observe_worker("ModelInfer", "w0", 0.002)
     m.worker_ready.labels("w0").set(1)
+    m.worker_lane.labels("w0").set(1)
     m.worker_metrics_up.labels("w0").set(1)
     m.failover("m", "w0", "UNAVAILABLE")
     m.set_placement({"m": {"w0": 1.0}})

@@ -226,6 +226,8 @@ class EndpointsConfig:
     max_concurrent_requests: int = setting(64, check=between(0))
     control_service: bool = setting(True)
     reflection: bool = setting(True)
+    lane: bool = setting(True)
+    """Serve the forwarding lane (a Unix socket for a gateway on this host; off with TLS)."""
     tls: TlsConfig = TlsConfig()
 
 

@@ -196,6 +196,8 @@ class WorkerClientConfig:
 
     request_timeout_seconds: float = setting(60.0, check=between(0, lo_open=True))
     max_concurrent_streams: int = setting(32, check=between(0, lo_open=True))
+    lane: bool = setting(True)
+    """Forward ModelInfer over a worker's forwarding lane when it offers one (not with TLS)."""
     tls: WorkerTlsConfig = WorkerTlsConfig()
 
 

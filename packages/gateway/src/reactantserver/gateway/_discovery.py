@@ -4,7 +4,9 @@ Every ``health.interval_seconds`` the prober asks all workers ``ServerReady`` co
 (call deadline 5 s, watchdog 8 s; a timed-out call resets that worker's channel), then
 ``RepositoryIndex(ready=true)`` on the ready ones, and swaps in a new routing table
 (model -> sorted worker URLs). Policies that need worker state then get one concurrent
-``ModelControlStatus`` poll (08 §Discovery and health).
+``ModelControlStatus`` poll (08 §Discovery and health). A ready worker's ``ServerReady``
+answer may advertise its forwarding lane; each link follows that advert
+(:meth:`WorkerLink.adopt_lane`).
 
 :meth:`Discovery.refresh` is the on-demand path (an unknown model): single-flight and at most
 one scan per second; :meth:`Discovery.refresh_soon` does the same in the background (a worker
@@ -17,14 +19,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import grpc
-from google.protobuf.message import Message
 
 from reactantserver.core.protocol import (
     REPOSITORY_INDEX,
-    SERVER_READY,
     control_pb2,
     grpc_service_pb2,
 )
@@ -50,17 +50,7 @@ async def poll_status(
     links: Sequence[WorkerLink],
 ) -> tuple[dict[str, control_pb2.ModelControlStatusResponse], list[str]]:
     """One concurrent ``ModelControlStatus`` of ``links``: answers by URL and timed-out URLs."""
-    results = await asyncio.gather(
-        *(
-            _guarded(
-                link,
-                _CONTROL_STATUS,
-                control_pb2.ModelControlStatusRequest(),
-                control_pb2.ModelControlStatusResponse.FromString,
-            )
-            for link in links
-        )
-    )
+    results = await asyncio.gather(*(_guarded(link, _status_call(link)) for link in links))
     polls: dict[str, control_pb2.ModelControlStatusResponse] = {}
     timed_out: list[str] = []
     for link, result in zip(links, results, strict=True):
@@ -71,15 +61,20 @@ async def poll_status(
     return polls, timed_out
 
 
-async def _guarded(
-    link: WorkerLink, path: str, request: Message, parse: Callable[[bytes], Message]
-) -> object:
-    """The parsed answer, a :class:`_Timeout` (channel reset), or the ``AioRpcError``."""
+def _status_call(link: WorkerLink) -> Awaitable[control_pb2.ModelControlStatusResponse]:
+    return call_message(
+        link,
+        _CONTROL_STATUS,
+        control_pb2.ModelControlStatusRequest(),
+        control_pb2.ModelControlStatusResponse.FromString,
+        timeout=PROBE_DEADLINE_S,
+    )
+
+
+async def _guarded(link: WorkerLink, call: Awaitable[object]) -> object:
+    """The answer, a :class:`_Timeout` (channel reset), or the ``AioRpcError``."""
     try:
-        return await asyncio.wait_for(
-            call_message(link, path, request, parse, timeout=PROBE_DEADLINE_S),
-            PROBE_WATCHDOG_S,
-        )
+        return await asyncio.wait_for(call, PROBE_WATCHDOG_S)
     except TimeoutError:
         await link.reset()
         return _Timeout()
@@ -129,28 +124,25 @@ class Discovery:
     async def probe_round(self) -> None:
         """One full round: readiness, then the routing table, then the status poll."""
         answers = await asyncio.gather(
-            *(
-                _guarded(
-                    link,
-                    SERVER_READY,
-                    grpc_service_pb2.ServerReadyRequest(),
-                    grpc_service_pb2.ServerReadyResponse.FromString,
-                )
-                for link in self.links
-            )
+            *(_guarded(link, link.probe_ready(timeout=PROBE_DEADLINE_S)) for link in self.links)
         )
         timeouts = 0
+        adopt = []
         for link, answer in zip(self.links, answers, strict=True):
             was_ready = link.ready
-            if isinstance(answer, grpc_service_pb2.ServerReadyResponse):
+            if isinstance(answer, tuple):
+                ready, advert = answer
                 link.ever_answered = True
-                link.ready = answer.ready
+                link.ready = ready.ready
+                if link.ready:
+                    adopt.append(link.adopt_lane(advert))
             else:
                 link.ready = False
                 timeouts += isinstance(answer, _Timeout)
             if was_ready != link.ready:
                 _log.info("worker %s: %s", link.label, "ready" if link.ready else "not ready")
         self._check_wedged(timeouts)
+        await asyncio.gather(*adopt)
         await self._index()
         if self.policy.needs_status:
             ready = [link for link in self.links if link.ready]
@@ -183,9 +175,13 @@ class Discovery:
             *(
                 _guarded(
                     link,
-                    REPOSITORY_INDEX,
-                    request,
-                    grpc_service_pb2.RepositoryIndexResponse.FromString,
+                    call_message(
+                        link,
+                        REPOSITORY_INDEX,
+                        request,
+                        grpc_service_pb2.RepositoryIndexResponse.FromString,
+                        timeout=PROBE_DEADLINE_S,
+                    ),
                 )
                 for link in ready
             )

@@ -142,6 +142,11 @@ class GatewayMetrics:
         )
         self.routing_table_size = gauge("gateway_routing_table_size", "Models with a route.")
         self.worker_ready = gauge("gateway_worker_ready", "1 if the worker is ready.", "worker")
+        self.worker_lane = gauge(
+            "gateway_worker_lane",
+            "1 if ModelInfer goes to the worker over its forwarding lane (0: gRPC).",
+            "worker",
+        )
         self.worker_metrics_up = gauge(
             "gateway_worker_metrics_up", "1 if the last scrape of the worker succeeded.", "worker"
         )

@@ -23,8 +23,8 @@ from typing import Any
 import attrs
 import grpc
 
-from reactantserver.core.protocol import MODEL_INFER
 from reactantserver.gateway._discovery import Discovery
+from reactantserver.gateway._lane import LaneError
 from reactantserver.gateway._metrics import GatewayMetrics
 from reactantserver.gateway._policy import Policy
 from reactantserver.gateway._wire import (
@@ -183,7 +183,7 @@ class Proxy:
                         raise ForwardError(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
                     started = time.perf_counter()
                     try:
-                        return await link.call(MODEL_INFER, body, timeout=timeout)
+                        return await link.infer(body, timeout=timeout)
                     finally:
                         self.metrics.observe_worker(
                             "ModelInfer", link.label, time.perf_counter() - started
@@ -193,7 +193,7 @@ class Proxy:
                     grpc.StatusCode.DEADLINE_EXCEEDED,
                     f"deadline exceeded waiting for a slot on worker {link.label}",
                 ) from None
-            except grpc.aio.AioRpcError as error:
+            except (grpc.aio.AioRpcError, LaneError) as error:
                 code = error.code()
                 details = error.details() or code.name
                 if code not in _FAILOVER:

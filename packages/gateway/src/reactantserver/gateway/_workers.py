@@ -9,11 +9,14 @@ decoded. Two gates bound what reaches the worker:
 - the *register gate*: while a shared-memory register/unregister is being fanned out to this
   worker, new inferences to it wait, so a request never races its region's registration.
 
-A call that times out in the prober resets the channel (:meth:`WorkerLink.reset`)::
+A call that times out in the prober resets the channel (:meth:`WorkerLink.reset`).
 
-    link = WorkerLink("127.0.0.1:8080", "w0", options=channel_options(...))
+``ModelInfer`` bodies go through :meth:`WorkerLink.infer`: over the worker's forwarding lane
+(:mod:`reactantserver.core.lane`) when the prober found one it could reach, else over gRPC::
+
+    link = WorkerLink("127.0.0.1:8080", "w0", settings)
     async with link.slot(deadline_s):
-        body = await link.call(MODEL_INFER, request_bytes, timeout=remaining_s)
+        body = await link.infer(request_bytes, timeout=remaining_s)
 """
 
 from __future__ import annotations
@@ -29,6 +32,11 @@ import attrs
 import grpc
 import grpc.aio
 from google.protobuf.message import Message
+
+from reactantserver.core.lane import ADVERT_METADATA_KEY, Advert, parse_advert
+from reactantserver.core.protocol import MODEL_INFER, SERVER_READY
+from reactantserver.core.protocol import grpc_service_pb2 as pb
+from reactantserver.gateway._lane import LaneClient
 
 __all__ = [
     "COMPACT_MEMORY",
@@ -67,6 +75,13 @@ class ChannelSettings:
     ca_file: str = ""
     cert_file: str = ""
     key_file: str = ""
+    lane: bool = True
+    """Use a worker's forwarding lane when it advertises one (never with TLS to workers)."""
+
+    @property
+    def use_lane(self) -> bool:
+        """Whether lanes may be used: asked for, and no TLS configured towards workers."""
+        return self.lane and not (self.ca_file or self.cert_file)
 
     def options(self) -> list[tuple[str, int]]:
         """Channel arguments."""
@@ -128,6 +143,9 @@ class WorkerLink:
         self._slots = asyncio.Semaphore(settings.max_concurrent_streams)
         self._channel: grpc.aio.Channel | None = None
         self._calls: dict[str, Any] = {}
+        #: The open forwarding lane, if any (set by :meth:`adopt_lane`).
+        self.lane: LaneClient | None = None
+        self._unreachable: Advert | None = None
         #: Last prober verdict; ``False`` until the first successful ``ServerReady``.
         self.ready = False
         #: Whether this worker ever answered a probe (for the wedge exit).
@@ -165,6 +183,58 @@ class WorkerLink:
         )
         return result
 
+    async def infer(self, body: bytes, *, timeout: float | None) -> bytes:
+        """Forward a ``ModelInfer`` body: over the lane when open, else over gRPC.
+
+        Raises ``AioRpcError`` or :class:`~reactantserver.gateway._lane.LaneError`; both
+        have ``code()`` and ``details()``.
+        """
+        lane = self.lane
+        if lane is not None and lane.open:
+            return await lane.call(body, timeout=timeout)
+        return await self.call(MODEL_INFER, body, timeout=timeout)
+
+    async def probe_ready(self, *, timeout: float) -> tuple[pb.ServerReadyResponse, Advert | None]:
+        """``ServerReady``, with the lane advert from the answer's initial metadata."""
+        call = self._callable("unary", SERVER_READY)(
+            pb.ServerReadyRequest().SerializeToString(), timeout=timeout
+        )
+        answer = pb.ServerReadyResponse.FromString(await call)
+        advert = None
+        for key, value in await call.initial_metadata() or ():
+            if key == ADVERT_METADATA_KEY:
+                advert = parse_advert(value)
+        return answer, advert
+
+    async def adopt_lane(self, advert: Advert | None) -> None:
+        """Follow the worker's advert: connect to a new lane, drop one no longer offered.
+
+        A lane that cannot be reached (another host, another user) is not retried until
+        the worker advertises a different one; gRPC serves meanwhile.
+        """
+        if not self.settings.use_lane:
+            return
+        current = self.lane
+        if current is not None and current.open and current.advert == advert:
+            return
+        self._drop_lane()
+        if advert is None or advert == self._unreachable:
+            return
+        try:
+            self.lane = await LaneClient.connect(
+                advert, label=self.label, max_recv=self.settings.max_recv_msg_bytes
+            )
+        except (OSError, TimeoutError) as exc:
+            self._unreachable = advert
+            _log.info("worker %s: forwarding lane not reachable, using gRPC: %s", self.label, exc)
+            return
+        _log.info("worker %s: forwarding over its lane %s", self.label, advert.path)
+
+    def _drop_lane(self) -> None:
+        lane, self.lane = self.lane, None
+        if lane is not None:
+            lane.close()
+
     @contextlib.asynccontextmanager
     async def slot(self, timeout: float | None) -> AsyncIterator[None]:
         """Hold one outbound slot; ``TimeoutError`` if none frees up within ``timeout``."""
@@ -178,7 +248,11 @@ class WorkerLink:
             self._slots.release()
 
     async def reset(self) -> None:
-        """Close the channel (a hung call made it suspect); the next call dials afresh."""
+        """Close the channel and the lane (a hung call made them suspect).
+
+        The next call dials afresh; the next probe round reopens the lane.
+        """
+        self._drop_lane()
         channel, self._channel = self._channel, None
         self._calls = {}
         if channel is not None:
@@ -186,7 +260,8 @@ class WorkerLink:
             await channel.close(grace=None)
 
     async def close(self) -> None:
-        """Close the channel for good (gateway shutdown)."""
+        """Close the channel and the lane for good (gateway shutdown)."""
+        self._drop_lane()
         channel, self._channel = self._channel, None
         if channel is not None:
             await channel.close(grace=None)

@@ -73,6 +73,7 @@ class GatewayServer:
             ca_file=config.worker_client.tls.ca_file,
             cert_file=config.worker_client.tls.cert_file,
             key_file=config.worker_client.tls.key_file,
+            lane=config.worker_client.lane,
         )
         self.links = [
             WorkerLink(url, label, settings)
@@ -128,6 +129,8 @@ class GatewayServer:
         self.metrics.routing_table_size.set(len(self.discovery.routes))
         for link in self.links:
             self.metrics.worker_ready.labels(worker=link.label).set(1 if link.ready else 0)
+            lane = link.lane is not None and link.lane.open
+            self.metrics.worker_lane.labels(worker=link.label).set(1 if lane else 0)
 
     async def start(self) -> None:
         """Preconditions, one discovery round, then both listeners and the prober."""

@@ -38,6 +38,7 @@ from reactantserver.worker.server.boot import boot
 from reactantserver.worker.server.control import add_control_service
 from reactantserver.worker.server.http import http_app, start_http
 from reactantserver.worker.server.inference import InferenceService
+from reactantserver.worker.server.lane import LaneServer
 from reactantserver.worker.server.metrics import WorkerMetrics
 from reactantserver.worker.server.state import WorkerState
 from reactantserver.worker.server.watcher import start_lifecycle
@@ -67,6 +68,7 @@ class WorkerServer:
         self._http: web.AppRunner | None = None
         self._booted: asyncio.Future[None] | None = None
         self._stopped = False
+        self.lane: LaneServer | None = None
 
     async def start(self) -> None:
         """Open both listeners and start loading models on the loader thread."""
@@ -89,6 +91,8 @@ class WorkerServer:
             self.grpc_port = server.add_secure_port(address, credentials)
         await server.start()
         self._server = server
+        if config.endpoints.lane and credentials is None:
+            self.lane = await self._open_lane(service)
         await self.health.start()
         if config.endpoints.metrics_port:
             self._http = await start_http(
@@ -104,6 +108,21 @@ class WorkerServer:
             credentials is not None,
         )
         self._booted = self._boot_in_thread()
+
+    async def _open_lane(self, service: InferenceService) -> LaneServer | None:
+        grpc_config = self.config.grpc
+        try:
+            lane = await LaneServer.open(
+                service,
+                max_recv=grpc_config.max_recv_msg_bytes,
+                max_send=grpc_config.max_send_msg_bytes,
+            )
+        except OSError as exc:
+            _log.warning("forwarding lane not opened (gateways use gRPC): %s", exc)
+            return None
+        service.lane_advert = lane.advert
+        _log.info("forwarding lane at %s", lane.advert.path)
+        return lane
 
     def _boot_in_thread(self) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
@@ -159,6 +178,8 @@ class WorkerServer:
             # In-flight handlers are answered by the drain; the extra second lets them write.
             waits.append(self._server.stop(grace + 1.0))
         await asyncio.gather(*waits)
+        if self.lane is not None:
+            await self.lane.close()
         if self._http is not None:
             await self._http.cleanup()
         if runtime is not None:

@@ -28,6 +28,7 @@ from reactantserver.core.errors import (
     ShuttingDownError,
     status_of,
 )
+from reactantserver.core.lane import ADVERT_METADATA_KEY
 from reactantserver.core.protocol import SERVER_EXTENSIONS, SERVER_NAME
 from reactantserver.core.protocol import grpc_service_pb2 as pb
 from reactantserver.worker.dataplane import RequestStats
@@ -72,6 +73,8 @@ class InferenceService:
 
     def __init__(self, state: WorkerState) -> None:
         self.state = state
+        #: The forwarding lane's advert, sent with ``ServerReady`` (None: no lane).
+        self.lane_advert: str | None = None
 
     def handlers(self) -> dict[str, Handler]:
         """Method name -> async handler, for ``inference_service_handler``."""
@@ -115,7 +118,12 @@ class InferenceService:
     async def server_ready(
         self, request: pb.ServerReadyRequest, context: Any
     ) -> pb.ServerReadyResponse:
-        """Ready once start-up finished with ≥ 1 servable model, until shutdown."""
+        """Ready once start-up finished with ≥ 1 servable model, until shutdown.
+
+        With a forwarding lane open, its advert goes in the initial metadata.
+        """
+        if self.lane_advert is not None:
+            await context.send_initial_metadata(((ADVERT_METADATA_KEY, self.lane_advert),))
         return pb.ServerReadyResponse(ready=self.state.ready())
 
     async def model_ready(
