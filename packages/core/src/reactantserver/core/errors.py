@@ -32,6 +32,7 @@ __all__ = [
     "ReactantError",
     "RegionNotRegisteredError",
     "ShuttingDownError",
+    "status_message",
     "status_of",
 ]
 
@@ -102,6 +103,11 @@ class BundleError(ValueError):
 
 class ConfigError(ValueError):
     """Invalid node or worker configuration; the message names the key path."""
+
+
+def status_message(exc: BaseException) -> str:
+    """The exception's text as a status message: one line, runs of whitespace collapsed."""
+    return " ".join(str(exc).split())
 
 
 def status_of(exc: BaseException) -> grpc.StatusCode:

@@ -38,6 +38,7 @@ __all__ = [
     "Advert",
     "FrameReader",
     "Kind",
+    "oversize_message",
     "parse_advert",
     "request_frame",
     "response_frame",
@@ -87,6 +88,11 @@ def parse_advert(value: str | bytes | None) -> Advert | None:
     if not (token and at and path.startswith("/")):
         return None
     return Advert(value)
+
+
+def oversize_message(direction: str, size: int, limit: int) -> str:
+    """gRPC's wording for a message over a size limit (``direction``: "Received"/"Sent")."""
+    return f"{direction} message larger than max ({size} vs. {limit})"
 
 
 def request_frame(

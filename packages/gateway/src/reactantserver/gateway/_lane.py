@@ -19,7 +19,14 @@ from typing import cast
 
 import grpc
 
-from reactantserver.core.lane import RESPONSE_HEADER, Advert, FrameReader, Kind, request_frame
+from reactantserver.core.lane import (
+    RESPONSE_HEADER,
+    Advert,
+    FrameReader,
+    Kind,
+    oversize_message,
+    request_frame,
+)
 
 __all__ = ["LaneClient", "LaneError"]
 
@@ -147,7 +154,7 @@ class LaneClient(asyncio.Protocol):
             if future is None or future.done():
                 continue  # cancelled or timed out meanwhile
             if body is None:
-                message = f"Received message larger than max ({length} vs. {self._max_recv})"
+                message = oversize_message("Received", length, self._max_recv)
                 future.set_exception(LaneError(grpc.StatusCode.RESOURCE_EXHAUSTED, message))
             elif status == 0:
                 future.set_result(body)

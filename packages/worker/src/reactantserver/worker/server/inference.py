@@ -26,6 +26,7 @@ from reactantserver.core.errors import (
     ModelUnavailableError,
     ReactantError,
     ShuttingDownError,
+    status_message,
     status_of,
 )
 from reactantserver.core.lane import ADVERT_METADATA_KEY
@@ -422,7 +423,7 @@ def _unready(reason: str) -> str:
 
 
 async def _abort(context: Any, exc: ReactantError) -> None:
-    await context.abort(status_of(exc), " ".join(str(exc).split()))
+    await context.abort(status_of(exc), status_message(exc))
 
 
 def _unimplemented(message: str) -> Handler:

@@ -29,12 +29,13 @@ from typing import Protocol, cast
 import grpc
 from google.protobuf.message import DecodeError
 
-from reactantserver.core.errors import ReactantError, status_of
+from reactantserver.core.errors import ReactantError, status_message, status_of
 from reactantserver.core.lane import (
     REQUEST_HEADER,
     Advert,
     FrameReader,
     Kind,
+    oversize_message,
     response_frame,
 )
 from reactantserver.core.protocol import grpc_service_pb2 as pb
@@ -175,7 +176,7 @@ class _Connection(asyncio.Protocol):
                 self._write(response_frame(call_id, 0, b""))
             elif kind == Kind.INFER:
                 if body is None:
-                    message = f"Received message larger than max ({length} vs. {self._max_recv})"
+                    message = oversize_message("Received", length, self._max_recv)
                     self._answer_error(call_id, grpc.StatusCode.RESOURCE_EXHAUSTED, message)
                     continue
                 timeout = float(fields[3])
@@ -201,7 +202,7 @@ class _Connection(asyncio.Protocol):
             try:
                 response = await self._service.serve(request, time_remaining)
             except ReactantError as exc:
-                self._answer_error(call_id, status_of(exc), " ".join(str(exc).split()))
+                self._answer_error(call_id, status_of(exc), status_message(exc))
                 return
             except Exception as exc:
                 _log.exception("lane: call %d failed", call_id)
@@ -209,7 +210,7 @@ class _Connection(asyncio.Protocol):
                 return
             answer = response.SerializeToString()
             if len(answer) > self._max_send:
-                message = f"Sent message larger than max ({len(answer)} vs. {self._max_send})"
+                message = oversize_message("Sent", len(answer), self._max_send)
                 self._answer_error(call_id, grpc.StatusCode.RESOURCE_EXHAUSTED, message)
                 return
             self._write(response_frame(call_id, 0, answer))

@@ -17,7 +17,7 @@ import grpc
 from aiohttp import web
 from google.protobuf.message import Message
 
-from reactantserver.core.errors import ReactantError, status_of
+from reactantserver.core.errors import ReactantError, status_message, status_of
 from reactantserver.core.rest import RestBackend, RestCallError, RestContext, handle_rest
 from reactantserver.worker.server.inference import Handler, InferenceService
 
@@ -45,7 +45,7 @@ class WorkerRestBackend:
         except RestCallError:
             raise
         except ReactantError as exc:
-            raise RestCallError(status_of(exc), " ".join(str(exc).split())) from None
+            raise RestCallError(status_of(exc), status_message(exc)) from None
         except Exception as exc:
             # What grpc.aio answers for a handler that raised: UNKNOWN (HTTP 500).
             _log.exception("REST %s failed", method)

@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from reactantserver.core.errors import ReactantError
+from reactantserver.core.errors import ReactantError, status_message
 from reactantserver.core.protocol import grpc_service_pb2 as pb
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ async def _answer(
         response = await service.serve(message, time_remaining)
     except ReactantError as exc:
         return pb.ModelStreamInferResponse(
-            error_message=" ".join(str(exc).split()),
+            error_message=status_message(exc),
             infer_response=pb.ModelInferResponse(model_name=message.model_name, id=message.id),
         )
     return pb.ModelStreamInferResponse(infer_response=response)
