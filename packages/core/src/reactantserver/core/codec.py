@@ -31,6 +31,7 @@ from reactantserver.core._codec_decode import (
     request_parameters,
     requested_outputs,
 )
+from reactantserver.core._codec_fast import plain_inputs, plain_outputs, plain_payloads
 from reactantserver.core._codec_params import set_param
 from reactantserver.core._codec_tensor import (
     MAX_ELEMENTS,
@@ -101,12 +102,20 @@ def decode_request(
     if not model:
         raise InvalidArgumentError("model_name must not be empty")
     where = f"model {model!r}"
-    tensors = input_headers(msg, where, max_recv_msg_bytes)
     leases: list[Callable[[], None]] = []
     try:
-        inputs = input_data(msg, tensors, registry, leases, where)
-        outputs = requested_outputs(msg, registry, where)
-        priority, timeout_us, timeout_ns, parameters = request_parameters(msg, where)
+        # The short cuts take the common message as the full steps would, or decline it.
+        inputs = plain_inputs(msg, max_recv_msg_bytes)
+        if inputs is None:
+            tensors = input_headers(msg, where, max_recv_msg_bytes)
+            inputs = input_data(msg, tensors, registry, leases, where)
+        outputs = plain_outputs(msg)
+        if outputs is None:
+            outputs = requested_outputs(msg, registry, where)
+        if msg.parameters:
+            priority, timeout_us, timeout_ns, parameters = request_parameters(msg, where)
+        else:
+            priority, timeout_us, timeout_ns, parameters = 0, None, None, {}
         deadline = effective_deadline_ns(
             now,
             grpc_time_remaining=grpc_time_remaining,
@@ -160,6 +169,8 @@ def encode_response(
     else:
         chosen = [(tensor, None) for tensor in resp.outputs]
     msg = pb.ModelInferResponse(model_name=resp.model_name, model_version="1", id=resp.id)
+    if plain_payloads(chosen, msg):
+        return msg
     for tensor, ref in chosen:
         what = f"{where}: output {tensor.name!r}"
         array, dtype = wire_array(tensor.data, what)

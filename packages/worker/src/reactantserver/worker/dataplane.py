@@ -26,6 +26,7 @@ from reactantserver.core.errors import (
     DeadlineExceededError,
     InvalidArgumentError,
     ModelUnavailableError,
+    OverloadedError,
 )
 from reactantserver.core.hooks import NamedTensor
 from reactantserver.core.manifest import Manifest
@@ -88,7 +89,12 @@ class DataPlane:
 
         The in-flight cap is taken first (``RESOURCE_EXHAUSTED`` at once when full).
         """
-        with self.limiter.slot():
+        limiter = self.limiter
+        if not limiter.try_acquire():
+            raise OverloadedError(
+                f"too many concurrent inference requests (limit {limiter.limit}); retry later"
+            )
+        try:
             started = self._clock()
             name = request.model_name
             ok = False
@@ -100,6 +106,8 @@ class DataPlane:
             finally:
                 if self.registry.get(name) is not None:
                     self._record(name, self._clock() - started, ok=ok)
+        finally:
+            limiter.release()
 
     async def _infer(self, entry: ModelEntry, request: InferRequest) -> InferResponse:
         manifest = entry.manifest
@@ -112,12 +120,16 @@ class DataPlane:
             if self.metas is None:
                 raise ModelUnavailableError(f"meta model '{entry.name}' is not served here")
             return await self.metas.infer(entry.meta, request)
-        arrays = order_tensors(manifest.client_inputs, request.inputs, model=entry.name)
-        tensors = [
-            NamedTensor(spec.name, array)
-            for spec, array in zip(manifest.client_inputs, arrays, strict=True)
-        ]
         hooks = entry.hooks
+        tensors: list[NamedTensor] = request.inputs
+        if hooks.preprocess is not None or manifest.client_inputs != manifest.executable_inputs:
+            # Client tensors differ from the executable's: check them against the client
+            # specs here. Otherwise the scheduler's own check at admission is the same one.
+            arrays = order_tensors(manifest.client_inputs, request.inputs, model=entry.name)
+            tensors = [
+                NamedTensor(spec.name, array)
+                for spec, array in zip(manifest.client_inputs, arrays, strict=True)
+            ]
         if hooks.preprocess is not None:
             tensors = await run_in_pool(
                 self.pool,

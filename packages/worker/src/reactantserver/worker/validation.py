@@ -43,7 +43,7 @@ def check_tensor(
     ``kind`` names the tensor's role in messages (``"input"``, ``"output"``).
     """
     try:
-        got = NamedTensor(spec.name, array).dtype
+        got = DType.from_numpy(array.dtype)
     except (KeyError, ValueError, TypeError):
         raise InvalidArgumentError(
             f"{kind} '{spec.name}' of model '{model}' has unsupported element type {array.dtype}"
