@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from reactantserver.core.config import SchedulingDiscipline
+from reactantserver.worker.scheduler.model import RECENT_BATCHES
 
 from ._fake import SCALE, WAIT_S, Harness, row
 
@@ -77,6 +78,51 @@ def test_a_deadline_inside_the_delay_is_not_waited_on() -> None:
     assert h.scheduler.step()
     assert h.ran() == [("m", 2)]
     np.testing.assert_array_equal(urgent.value(), row(2) * SCALE)
+
+
+def _one_batch_after_the_delay(h: Harness, rows: int) -> None:
+    for k in range(rows):
+        h.submit("m", row(k + 1))
+    assert not h.scheduler.step()
+    h.clock.advance(DELAY_S)
+    assert h.scheduler.step()
+
+
+def test_a_batch_as_large_as_the_recent_ones_goes_without_waiting() -> None:
+    h = Harness(discipline=FIFO)
+    h.add("m", sizes=(1, 2, 4, 8), queue_delay_s=DELAY_S)
+    _one_batch_after_the_delay(h, 4)  # nothing learned yet: the first batch waits
+    _one_batch_after_the_delay(h, 2)  # 2 rows wait: the recent batches reached 4
+    for k in range(3):
+        h.submit("m", row(k + 1))
+    assert not h.scheduler.step()
+    fourth = h.submit("m", row(4))
+    assert h.scheduler.step()  # 4 rows: the usual batch is in, no rows left to wait for
+    assert h.ran() == [("m", 4), ("m", 2), ("m", 4)]
+    np.testing.assert_array_equal(fourth.value(), row(4) * SCALE)
+
+
+def test_lone_rows_in_the_recent_batches_do_not_end_the_wait() -> None:
+    h = Harness(discipline=FIFO)
+    h.add("m", sizes=(1, 2, 4), queue_delay_s=DELAY_S)
+    _one_batch_after_the_delay(h, 1)
+    h.submit("m", row(1))
+    assert not h.scheduler.step()  # a one-row history must not turn the delay off
+    h.clock.advance(DELAY_S)
+    assert h.scheduler.step()
+    assert h.ran() == [("m", 1), ("m", 1)]
+
+
+def test_the_recent_batches_are_forgotten_after_a_while() -> None:
+    h = Harness(discipline=FIFO)
+    model = h.add("m", sizes=(1, 2, 4, 8), queue_delay_s=DELAY_S)
+    _one_batch_after_the_delay(h, 4)
+    for _ in range(RECENT_BATCHES):
+        _one_batch_after_the_delay(h, 2)
+    assert model.usual_rows() == 2  # the 4-row batch has left the window
+    h.submit("m", row(1))
+    h.submit("m", row(2))
+    assert h.scheduler.step()
 
 
 def test_a_model_without_coalescing_never_waits() -> None:

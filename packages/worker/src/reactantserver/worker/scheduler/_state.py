@@ -94,6 +94,8 @@ class SchedulerState:
         if not queue:
             return work
         taken, batch = self.plan_locked(queue, front or queue[0])
+        if taken:
+            taken[0].model.recent_rows.append(sum(r.rows for r in taken))
         queue.remove_all(taken)
         self.queued -= len(taken)
         for request in taken:
@@ -157,8 +159,10 @@ class SchedulerState:
 
         The batch waits for more rows until its oldest request has waited the model's delay.
         It does not wait at all when a deadline in it falls within that delay, when it has
-        reached the largest size it could run, or when a request that cannot join it is
-        queued behind it.
+        reached the largest size it could run, when a request that cannot join it is
+        queued behind it, or when it holds as many rows as the largest of the model's recent
+        batches (two or more): steady traffic then runs as soon as the rows that usually
+        come together are in, instead of waiting out the delay for rows that are not coming.
         """
         head = queue[0]
         model = head.model
@@ -166,7 +170,11 @@ class SchedulerState:
             return now
         limit = _row_limit(model, head)
         window = queue.window(head, limit)
-        if len(window) < len(queue) or sum(r.rows for r in window) >= limit:
+        rows = sum(r.rows for r in window)
+        if len(window) < len(queue) or rows >= limit:
+            return now
+        usual = model.usual_rows()
+        if usual > 1 and rows >= usual:
             return now
         end = min(r.enqueue_ns for r in window) + model.queue_delay_ns
         if any(r.deadline_ns is not None and r.deadline_ns <= end for r in window):

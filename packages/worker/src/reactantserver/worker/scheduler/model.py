@@ -10,6 +10,7 @@ generations in one batch (04 §Generations)::
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,6 +29,9 @@ __all__ = ["ProgramKey", "ScheduledModel"]
 
 #: ``(variant file index or None, compiled batch size; 0 = a lone model.mlir)``.
 ProgramKey = tuple[int | None, int]
+
+#: How many recent batches :meth:`ScheduledModel.usual_rows` looks back over.
+RECENT_BATCHES = 16
 
 
 @attrs.define(eq=False)
@@ -55,6 +59,10 @@ class ScheduledModel:
     max_batch_size: int | None = None
     queue_delay_ns: int = 0
     """How long the oldest queued request may wait for more rows on an idle device."""
+    recent_rows: collections.deque[int] = attrs.field(
+        factory=lambda: collections.deque(maxlen=RECENT_BATCHES)
+    )
+    """Rows of the last :data:`RECENT_BATCHES` batches taken (see :meth:`usual_rows`)."""
     admitting: bool = True
     outstanding: int = 0
     """Requests of this generation queued or being dispatched."""
@@ -115,6 +123,11 @@ class ScheduledModel:
             return 0
         largest = max(s[-1] for s in self.sizes.values())
         return largest if self.max_batch_size is None else min(largest, self.max_batch_size)
+
+    def usual_rows(self) -> int:
+        """The most rows among the recent batches (0 before the first): a batch waiting out
+        the queue delay stops waiting when it has that many."""
+        return max(self.recent_rows, default=0)
 
     def prepare(
         self, tensors: Sequence[NamedTensor]
