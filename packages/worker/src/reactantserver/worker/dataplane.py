@@ -26,7 +26,6 @@ from reactantserver.core.errors import (
     DeadlineExceededError,
     InvalidArgumentError,
     ModelUnavailableError,
-    OverloadedError,
 )
 from reactantserver.core.hooks import NamedTensor
 from reactantserver.core.manifest import Manifest
@@ -89,12 +88,7 @@ class DataPlane:
 
         The in-flight cap is taken first (``RESOURCE_EXHAUSTED`` at once when full).
         """
-        limiter = self.limiter
-        if not limiter.try_acquire():
-            raise OverloadedError(
-                f"too many concurrent inference requests (limit {limiter.limit}); retry later"
-            )
-        try:
+        with self.limiter.slot():
             started = self._clock()
             name = request.model_name
             ok = False
@@ -106,8 +100,6 @@ class DataPlane:
             finally:
                 if self.registry.get(name) is not None:
                     self._record(name, self._clock() - started, ok=ok)
-        finally:
-            limiter.release()
 
     async def _infer(self, entry: ModelEntry, request: InferRequest) -> InferResponse:
         manifest = entry.manifest

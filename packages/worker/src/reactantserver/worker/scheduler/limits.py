@@ -10,9 +10,7 @@ health, metadata and control RPCs are exempt. Over the cap a request fails at on
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Iterator
 
 from reactantserver.core.errors import OverloadedError
 
@@ -32,6 +30,7 @@ class InflightLimiter:
         self.in_flight = 0
         self.shed = 0
         self._lock = threading.Lock()
+        self._slot = _Slot(self)
 
     def try_acquire(self) -> bool:
         """Take a slot; ``False`` (and one more shed) when the cap is reached."""
@@ -49,14 +48,28 @@ class InflightLimiter:
                 raise RuntimeError("release without a matching acquire")
             self.in_flight -= 1
 
-    @contextlib.contextmanager
-    def slot(self) -> Iterator[None]:
-        """Hold a slot for the block; :class:`OverloadedError` when none is free."""
-        if not self.try_acquire():
+    def slot(self) -> _Slot:
+        """Hold a slot for the block; :class:`OverloadedError` when none is free.
+
+        A plain context manager rather than a generator one: it runs once per request.
+        """
+        return self._slot
+
+
+class _Slot:
+    """``with limiter.slot():`` takes a slot on entry and gives it back on exit."""
+
+    __slots__ = ("_limiter",)
+
+    def __init__(self, limiter: InflightLimiter) -> None:
+        self._limiter = limiter
+
+    def __enter__(self) -> None:
+        limiter = self._limiter
+        if not limiter.try_acquire():
             raise OverloadedError(
-                f"too many concurrent inference requests (limit {self.limit}); retry later"
+                f"too many concurrent inference requests (limit {limiter.limit}); retry later"
             )
-        try:
-            yield
-        finally:
-            self.release()
+
+    def __exit__(self, *exc: object) -> None:
+        self._limiter.release()
