@@ -121,10 +121,10 @@ def _cost(report: dict[str, Any]) -> list[str]:
         "## What the stage clocks cost",
         "",
         f"Measured in the benchmark's process: `time.thread_time_ns()` "
-        f"{cost['thread_time_ns_call_ns']:.0f} ns per call, "
-        f"`WorkerMetrics.observe_codec_cpu` {cost['observe_codec_cpu_ns']:.0f} ns. A request "
-        "reads the clock 6 times and adds once under a lock; an execution reads it 3 more "
-        "times and adds once more, shared by its requests.",
+        f"{cost['thread_time_ns_call_ns']:.0f} ns per call, a locked add "
+        f"{cost['locked_add_ns']:.0f} ns. A request reads the clock 6 times (its decode and "
+        "encode figures ride on the update that counts it); an execution reads it 3 more "
+        "times and adds once under a lock, shared by its requests.",
         "",
         "| concurrency | clocks (us / request) | share of worker CPU |",
         "|---|---|---|",

@@ -172,9 +172,9 @@ def test_requests_count_by_status_with_latency_buckets() -> None:
     state.registry.put(ready("plain"))
     metrics = WorkerMetrics(state, environ={})
     assert state.observe_request == metrics.observe_request
-    state.observe_request("plain", grpc.StatusCode.OK, 0.0015)
-    state.observe_request("plain", grpc.StatusCode.OK, 0.020)
-    state.observe_request("plain", grpc.StatusCode.INVALID_ARGUMENT, 100.0)
+    state.observe_request("plain", grpc.StatusCode.OK, 0.0015, 0, 0)
+    state.observe_request("plain", grpc.StatusCode.OK, 0.020, 0, 0)
+    state.observe_request("plain", grpc.StatusCode.INVALID_ARGUMENT, 100.0, 0, 0)
     samples = scrape(metrics)
     assert value(samples, "worker_requests_total", model="plain", status="OK") == 2
     assert value(samples, "worker_requests_total", model="plain", status="INVALID_ARGUMENT") == 1
@@ -199,7 +199,7 @@ def test_requests_count_by_status_with_latency_buckets() -> None:
 def test_unknown_models_create_no_series() -> None:
     state = WorkerState(WorkerConfig(), version="0")
     metrics = WorkerMetrics(state, environ={})
-    metrics.observe_request("nope", grpc.StatusCode.NOT_FOUND, 0.001)
+    metrics.observe_request("nope", grpc.StatusCode.NOT_FOUND, 0.001, 0, 0)
     samples = scrape(metrics)
     assert not named(samples, "worker_requests_total")
     assert not named(samples, "worker_request_latency_seconds_count")
@@ -211,12 +211,12 @@ def test_forget_model_removes_its_series_only() -> None:
     state.registry.put(ready("b"))
     metrics = WorkerMetrics(state, environ={})
     for model in ("a", "b"):
-        metrics.observe_request(model, grpc.StatusCode.OK, 0.01)
-    metrics.observe_request("a", grpc.StatusCode.UNAVAILABLE, 0.01)
+        metrics.observe_request(model, grpc.StatusCode.OK, 0.01, 0, 0)
+    metrics.observe_request("a", grpc.StatusCode.UNAVAILABLE, 0.01, 0, 0)
     state.registry.remove("a")
     metrics.forget_model("a")
     metrics.forget_model("never-seen")
-    metrics.observe_request("a", grpc.StatusCode.OK, 0.01)  # late: no longer registered
+    metrics.observe_request("a", grpc.StatusCode.OK, 0.01, 0, 0)  # late: no longer registered
     samples = scrape(metrics)
     per_model = ("worker_requests_total", "worker_request_latency_seconds_count")
     models = {s.labels["model"] for s in samples if s.name in per_model}
@@ -345,7 +345,7 @@ def test_scheduler_and_runtime_series_after_real_requests(live: WorkerState) -> 
         ]
         for request in requests:
             await runtime.dataplane.infer(request)
-            live.observe_request("plain", grpc.StatusCode.OK, 0.004)
+            live.observe_request("plain", grpc.StatusCode.OK, 0.004, 0, 0)
 
     asyncio.run(serve())
     samples = scrape(metrics)
@@ -391,7 +391,7 @@ def test_unloaded_models_lose_their_per_model_series(live: WorkerState) -> None:
         model_name="plain", inputs=[NamedTensor("x", np.ones((1, 2), np.float32))]
     )
     asyncio.run(runtime.dataplane.infer(request))
-    live.observe_request("plain", grpc.StatusCode.OK, 0.001)
+    live.observe_request("plain", grpc.StatusCode.OK, 0.001, 0, 0)
     live.registry.remove("plain")
     metrics.forget_model("plain")
     samples = scrape(metrics)

@@ -83,23 +83,25 @@ class DataPlane:
             counts = self._stats.get(name)
             return attrs.evolve(counts) if counts is not None else RequestStats()
 
-    async def infer(self, request: InferRequest) -> InferResponse:
+    async def infer(self, request: InferRequest, entry: ModelEntry | None = None) -> InferResponse:
         """Serve one request; raises a ``ReactantError`` subclass on any failure.
 
-        The in-flight cap is taken first (``RESOURCE_EXHAUSTED`` at once when full).
+        The in-flight cap is taken first (``RESOURCE_EXHAUSTED`` at once when full). ``entry``
+        is the registry's READY entry of the request's model when the caller resolved it
+        already (the gRPC handler does, to check residency); otherwise it is resolved here.
         """
         with self.limiter.slot():
             started = self._clock()
             name = request.model_name
             ok = False
             try:
-                entry = self.registry.resolve(name, request.model_version)
+                if entry is None:
+                    entry = self.registry.resolve(name, request.model_version)
                 response = await self._infer(entry, request)
                 ok = True
                 return response
             finally:
-                if self.registry.get(name) is not None:
-                    self._record(name, self._clock() - started, ok=ok)
+                self._record(name, self._clock() - started, ok=ok)
 
     async def _infer(self, entry: ModelEntry, request: InferRequest) -> InferResponse:
         manifest = entry.manifest
@@ -153,6 +155,9 @@ class DataPlane:
         with self._lock:
             counts = self._stats.get(name)
             if counts is None:
+                # Only registry names get a record: clients cannot mint them.
+                if self.registry.get(name) is None:
+                    return
                 counts = self._stats[name] = RequestStats()
             if ok:
                 counts.success_count += 1

@@ -81,6 +81,14 @@ def checked_inputs(
     specs: Sequence[TensorSpec], tensors: Sequence[NamedTensor], *, model: str
 ) -> tuple[list[np.ndarray[Any, Any]], int]:
     """:func:`order_tensors` plus the request's rows (:func:`batch_rows`), checked once."""
+    if len(tensors) == len(specs) and all(
+        t.name == spec.name for t, spec in zip(tensors, specs, strict=True)
+    ):
+        # The usual request: every declared input once, in declared order.
+        in_order = [t.data for t in tensors]
+        for spec, data in zip(specs, in_order, strict=True):
+            check_tensor(spec, data, model=model)
+        return in_order, batch_rows(specs, in_order, model=model)
     by_name: dict[str, np.ndarray[Any, Any]] = {}
     for tensor in tensors:
         if tensor.name in by_name:

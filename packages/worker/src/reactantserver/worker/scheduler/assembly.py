@@ -49,12 +49,9 @@ def assemble(
         shape = list(first.shape)
         shape[axis] = batch
         merged = np.empty(shape, dtype=first.dtype)
-        offset = 0
-        for request_inputs, n in zip(inputs, rows, strict=True):
-            merged[_along(axis, offset, offset + n)] = request_inputs[k]
-            offset += n
-        if offset < batch:
-            merged[_along(axis, offset, batch)] = 0
+        if total < batch:
+            merged[_along(axis, total, batch)] = 0
+        np.concatenate([r[k] for r in inputs], axis=axis, out=merged[_along(axis, 0, total)])
         out.append(merged)
     return out
 
@@ -72,13 +69,18 @@ def split(
         axis is None or out.shape[axis] == rows[0] for out, axis in zip(outputs, axes, strict=True)
     ):
         return [list(outputs)]
+    bounds = [0]
+    for n in rows:
+        bounds.append(bounds[-1] + n)
     result: list[list[Array]] = [[] for _ in rows]
     for out, axis in zip(outputs, axes, strict=True):
-        offset = 0
-        for i, n in enumerate(rows):
-            if axis is None:
-                result[i].append(out)
-            else:
-                result[i].append(out[_along(axis, offset, offset + n)])
-                offset += n
+        if axis is None:
+            for per_request in result:
+                per_request.append(out)
+        elif axis == 0:
+            for i, per_request in enumerate(result):
+                per_request.append(out[bounds[i] : bounds[i + 1]])
+        else:
+            for i, per_request in enumerate(result):
+                per_request.append(out[_along(axis, bounds[i], bounds[i + 1])])
     return result

@@ -172,7 +172,7 @@ class Scheduler:
         configured default; ``committed`` marks a meta sub-call.
         """
         started = time.thread_time_ns()
-        model = self.model(name)
+        model = self._s.models.get(name)  # one dict read; checked again under the lock below
         if model is None:
             raise ModelNotFoundError(f"Request for unknown model: '{name}' is not found")
         now = self._clock()

@@ -32,6 +32,7 @@ from reactantserver.core.errors import (
 from reactantserver.core.lane import ADVERT_METADATA_KEY
 from reactantserver.core.protocol import SERVER_EXTENSIONS, SERVER_NAME
 from reactantserver.core.protocol import grpc_service_pb2 as pb
+from reactantserver.core.types import InferRequest
 from reactantserver.worker.dataplane import RequestStats
 from reactantserver.worker.registry import NOT_RESIDENT_REASON, ModelEntry, ModelState
 from reactantserver.worker.server import groups, model_info
@@ -318,59 +319,59 @@ class InferenceService:
             raise AssertionError("unreachable") from exc
 
     async def serve(
-        self, request: pb.ModelInferRequest, time_remaining: float | None
-    ) -> pb.ModelInferResponse:
-        """Decode, infer, encode; counts the request once with its final status."""
-        started = time.perf_counter()
-        code = grpc.StatusCode.OK
-        try:
-            return await self._serve(request, time_remaining)
-        except ReactantError as exc:
-            code = exc.status
-            log_failure(request.model_name, request.id, code, str(exc))
-            raise
-        except asyncio.CancelledError:
-            code = grpc.StatusCode.CANCELLED
-            raise
-        except Exception as exc:
-            code = grpc.StatusCode.INTERNAL
-            _log.exception("request failed model=%s id=%s", request.model_name, request.id)
-            raise ReactantError(
-                f"internal error serving model '{request.model_name}': {exc}"
-            ) from exc
-        finally:
-            self.state.observe_request(request.model_name, code, time.perf_counter() - started)
-
-    async def _serve(
         self, message: pb.ModelInferRequest, time_remaining: float | None
     ) -> pb.ModelInferResponse:
-        runtime = self._serving_runtime(message.model_name)
-        # The codec stages' CPU on this thread (worker_stage_cpu_seconds_total).
-        started = time.thread_time_ns()
-        request = codec.decode_request(
-            message,
-            registry=self.state.shm,
-            max_recv_msg_bytes=self.state.config.grpc.max_recv_msg_bytes,
-            grpc_time_remaining=time_remaining,
-        )
-        decode_ns, encode_ns = time.thread_time_ns() - started, 0
+        """Decode, infer, encode; counts the request once with its final status.
+
+        The metrics get the handler's wall time and the event-loop thread's CPU in decoding
+        and encoding (``worker_stage_cpu_seconds_total``).
+        """
+        started = time.perf_counter()
+        code = grpc.StatusCode.OK
+        decode_ns = encode_ns = 0
+        request: InferRequest | None = None
         try:
+            runtime = self._serving_runtime(message.model_name)
+            clock = time.thread_time_ns()
+            request = codec.decode_request(
+                message,
+                registry=self.state.shm,
+                max_recv_msg_bytes=self.state.config.grpc.max_recv_msg_bytes,
+                grpc_time_remaining=time_remaining,
+            )
+            decode_ns = time.thread_time_ns() - clock
             entry = self.state.registry.resolve(request.model_name, request.model_version)
             reason = self.state.unavailable_reason(entry)
             if reason is not None:
                 if reason == NOT_RESIDENT_REASON:
                     reason = "not resident (explicit mode); pin it first"
                 raise ModelUnavailableError(f"model '{entry.name}' is {_unready(reason)}")
-            response = await runtime.dataplane.infer(request)
-            started = time.thread_time_ns()
+            response = await runtime.dataplane.infer(request, entry)
+            clock = time.thread_time_ns()
             answer = codec.encode_response(
                 response, requested=request.outputs, registry=self.state.shm
             )
-            encode_ns = time.thread_time_ns() - started
+            encode_ns = time.thread_time_ns() - clock
             return answer
+        except ReactantError as exc:
+            code = exc.status
+            log_failure(message.model_name, message.id, code, str(exc))
+            raise
+        except asyncio.CancelledError:
+            code = grpc.StatusCode.CANCELLED
+            raise
+        except Exception as exc:
+            code = grpc.StatusCode.INTERNAL
+            _log.exception("request failed model=%s id=%s", message.model_name, message.id)
+            raise ReactantError(
+                f"internal error serving model '{message.model_name}': {exc}"
+            ) from exc
         finally:
-            request.release()
-            self.state.observe_codec_cpu(request.model_name, decode_ns, encode_ns)
+            if request is not None:
+                request.release()
+            self.state.observe_request(
+                message.model_name, code, time.perf_counter() - started, decode_ns, encode_ns
+            )
 
     def _serving_runtime(self, model: str) -> Runtime:
         if self.state.stopping:

@@ -21,8 +21,8 @@ Decisions the spec leaves open:
 * The weight cache belongs to the dispatch thread: a scrape only reads its counters and
   per-model flags and skips a model removed meanwhile, so it never waits for an execution.
 * ``worker_stage_cpu_seconds_total{model, stage}`` (beyond 12) splits the server's CPU per
-  request by stage (:data:`CPU_STAGES`): decode and encode are counted as they happen
-  (:meth:`WorkerMetrics.observe_codec_cpu`), queue and dispatch by the scheduler. The rest of
+  request by stage (:data:`CPU_STAGES`): decode and encode are counted as requests finish
+  (``WorkerMetrics.observe_request``), queue and dispatch by the scheduler. The rest of
   the process's CPU (transport, handler glue, XLA's own threads) is
   ``process_cpu_seconds_total`` minus their sum.
 """
@@ -30,15 +30,11 @@ Decisions the spec leaves open:
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable, Iterator, Mapping
 
-import grpc
 from prometheus_client import (
     CollectorRegistry,
-    Counter,
     GCCollector,
-    Histogram,
     PlatformCollector,
     ProcessCollector,
     generate_latest,
@@ -52,7 +48,8 @@ from reactantserver.worker.server._metrics_collect import (
     backend_platform,
     worker_label,
 )
-from reactantserver.worker.server.state import WorkerState
+from reactantserver.worker.server._request_series import LATENCY_BUCKETS, RequestCounters
+from reactantserver.worker.server.state import RequestObserver, WorkerState
 
 __all__ = [
     "CONTENT_TYPE",
@@ -66,9 +63,6 @@ __all__ = [
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """``Content-Type`` of :meth:`WorkerMetrics.render` (Prometheus text format 0.0.4)."""
-
-LATENCY_BUCKETS = tuple(0.001 * 2**k for k in range(14))
-"""Upper bounds of the latency histogram: ``0.001 * 2**k`` s, k = 0..13 (``+Inf`` implied)."""
 
 
 def process_device_memory() -> int | None:
@@ -134,31 +128,17 @@ class WorkerMetrics:
         self._gpu = gpu_selector(
             env.get("CUDA_VISIBLE_DEVICES"), state.config.runtime.device_ordinal
         )
-        self._lock = threading.Lock()
-        # (model, status) -> its counter and latency children: one dict hit per request.
-        self._children: dict[tuple[str, grpc.StatusCode], tuple[Counter, Histogram]] = {}
-        # model -> [decode ns, encode ns] (the other stages are the scheduler's counters).
-        self._codec_ns: dict[str, list[int]] = {}
+        self._counters = RequestCounters(lambda name: state.registry.get(name) is not None)
+        #: Counts one finished inference request (a :data:`RequestObserver`): its status, its
+        #: handler seconds and its decode and encode CPU.
+        self.observe_request: RequestObserver = self._counters.observe
         self.registry: CollectorRegistry = _LabelledRegistry(self._constant_labels)
-        self._requests = Counter(
-            "worker_requests_total",
-            "Inference requests by final status.",
-            ["model", "status"],
-            registry=self.registry,
-        )
-        self._latency = Histogram(
-            "worker_request_latency_seconds",
-            "Inference handler wall time.",
-            ["model"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
+        self.registry.register(self._counters)
         self.registry.register(StateCollector(state, process_memory, self.codec_cpu))
         ProcessCollector(registry=self.registry)
         GCCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         state.observe_request = self.observe_request
-        state.observe_codec_cpu = self.observe_codec_cpu
         state.forget_model = self.forget_model
 
     def _constant_labels(self) -> dict[str, str]:
@@ -167,50 +147,13 @@ class WorkerMetrics:
             labels["gpu"] = self._gpu
         return labels
 
-    def observe_request(self, model: str, status: grpc.StatusCode, seconds: float) -> None:
-        """Count one finished inference request (a :data:`RequestObserver`)."""
-        key = (model, status)
-        with self._lock:
-            children = self._children.get(key)
-            if children is None:
-                if self._state.registry.get(model) is None:
-                    return
-                children = (
-                    self._requests.labels(model, status.name),
-                    self._latency.labels(model),
-                )
-                self._children[key] = children
-            counter, histogram = children
-            counter.inc()
-            histogram.observe(seconds)
-
-    def observe_codec_cpu(self, model: str, decode_ns: int, encode_ns: int) -> None:
-        """Add one request's decode and encode CPU (a :data:`CodecObserver`)."""
-        with self._lock:
-            codec = self._codec_ns.get(model)
-            if codec is None:
-                if self._state.registry.get(model) is None:
-                    return
-                codec = self._codec_ns[model] = [0, 0]
-            codec[0] += decode_ns
-            codec[1] += encode_ns
-
     def codec_cpu(self) -> dict[str, tuple[int, int]]:
         """Model -> (decode ns, encode ns) so far."""
-        with self._lock:
-            return {name: (d, e) for name, (d, e) in self._codec_ns.items()}
+        return self._counters.codec_cpu()
 
     def forget_model(self, name: str) -> None:
         """Drop the request series of ``name`` (after it left the registry)."""
-        with self._lock:
-            self._codec_ns.pop(name, None)
-            keys = [key for key in self._children if key[0] == name]
-            if not keys:
-                return
-            for key in keys:
-                del self._children[key]
-                self._requests.remove(name, key[1].name)
-            self._latency.remove(name)
+        self._counters.forget(name)
 
     def render(self) -> bytes:
         """The exposition in Prometheus text format 0.0.4 (serve it with :data:`CONTENT_TYPE`)."""

@@ -43,22 +43,17 @@ if TYPE_CHECKING:
     from reactantserver.worker.server.lifecycle import ModelLifecycle
     from reactantserver.worker.server.watcher import RepositoryWatcher
 
-__all__ = ["CodecObserver", "ModelLoadRecord", "RequestObserver", "Runtime", "WorkerState"]
-
-RequestObserver = Callable[[str, grpc.StatusCode, float], None]
-"""Called once per finished inference request: ``(model, final status, handler seconds)``."""
-
-CodecObserver = Callable[[str, int, int], None]
-"""Called once per decoded inference request: ``(model, decode ns, encode ns)``, the event-loop
-thread's CPU (``time.thread_time_ns``) in ``codec.decode_request`` and ``encode_response``."""
+__all__ = ["ModelLoadRecord", "RequestObserver", "Runtime", "WorkerState"]
 
 
-def _ignore(model: str, status: grpc.StatusCode, seconds: float) -> None:
-    del model, status, seconds
+RequestObserver = Callable[[str, grpc.StatusCode, float, int, int], None]
+"""Called once per finished inference request: ``(model, final status, handler seconds,
+decode ns, encode ns)``, the last two the event-loop thread's CPU (``time.thread_time_ns``) in
+``codec.decode_request`` and ``codec.encode_response`` (0 for a stage it did not reach)."""
 
 
-def _ignore_codec(model: str, decode_ns: int, encode_ns: int) -> None:
-    del model, decode_ns, encode_ns
+def _ignore(model: str, status: grpc.StatusCode, seconds: float, decode: int, encode: int) -> None:
+    del model, status, seconds, decode, encode
 
 
 def _ignore_name(model: str) -> None:
@@ -110,9 +105,8 @@ class WorkerState:
     """Shutdown began: health is ``NOT_SERVING`` and new inference is refused."""
     loads: dict[str, ModelLoadRecord] = attrs.Factory(dict)
     observe_request: RequestObserver = _ignore
-    """Replaced by the metrics so each finished request is counted once."""
-    observe_codec_cpu: CodecObserver = _ignore_codec
-    """Replaced by the metrics: the decode and encode stages of ``worker_stage_cpu_seconds``."""
+    """Replaced by the metrics so each finished request is counted once (with the decode and
+    encode stages of ``worker_stage_cpu_seconds``)."""
     forget_model: Callable[[str], None] = _ignore_name
     """Called when a model name leaves (unload, rename); the metrics drop its series."""
     lifecycle: ModelLifecycle | None = None
