@@ -74,13 +74,6 @@ def split(
         bounds.append(bounds[-1] + n)
     result: list[list[Array]] = [[] for _ in rows]
     for out, axis in zip(outputs, axes, strict=True):
-        if axis is None:
-            for per_request in result:
-                per_request.append(out)
-        elif axis == 0:
-            for i, per_request in enumerate(result):
-                per_request.append(out[bounds[i] : bounds[i + 1]])
-        else:
-            for i, per_request in enumerate(result):
-                per_request.append(out[_along(axis, bounds[i], bounds[i + 1])])
+        for i, per_request in enumerate(result):
+            per_request.append(out if axis is None else out[_along(axis, bounds[i], bounds[i + 1])])
     return result
