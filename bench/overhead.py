@@ -44,10 +44,12 @@ MODEL = "mlp"
 TARGETS = ("bare", "bare_handoff", "worker", "worker_delay")
 """The plain floor, the floor with the worker's thread round trip per answer, the worker with
 the default configuration, and the worker with a queue delay (:data:`QUEUE_DELAY_ENV`)."""
-QUEUE_DELAY_US = 1000
-#: The tuned worker: wait up to 1 ms for rows on an idle device, pad up to a compiled size
+QUEUE_DELAY_US = 2000
+#: The tuned worker: wait up to 2 ms for rows on an idle device, pad up to a compiled size
 #: when the learned costs say it is cheaper (04, beyond). At c=8 with one-row requests the
-#: queue gathers ~8 rows per execution instead of 1.
+#: queue gathers ~8 rows per execution instead of 1; taking in eight requests takes the
+#: 2-core box's event loop ~1.5-2 ms, so a 1 ms delay ran out at ~5 rows. A lone client does
+#: not wait (its recent batches hold one row).
 QUEUE_DELAY_ENV = {
     "INFERENCE_SERVER_SCHEDULER_MAX_QUEUE_DELAY_MICROSECONDS": str(QUEUE_DELAY_US),
     "INFERENCE_SERVER_SCHEDULER_PAD_UP_WHEN_CHEAPER": "true",

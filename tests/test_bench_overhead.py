@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench._overhead_report import STAGES
+from bench.overhead import QUEUE_DELAY_US
 from reactantserver.worker.server.metrics import CPU_STAGES
 from tests._bench_support import run_bench
 
@@ -45,6 +46,6 @@ def test_quick_run_writes_a_report(tmp_path: Path) -> None:
     assert report["figures"][0]["target"] == ">= 0.60"
     assert {f"{stage} CPU / request (mlp, c=8)" for stage in (*STAGES, "other")} <= set(names)
     assert "bare with a thread hand-off / bare req/s (mlp, c=8)" in names
-    assert "worker with a 1000 us queue delay / bare req/s (mlp, c=8)" in names
+    assert f"worker with a {QUEUE_DELAY_US} us queue delay / bare req/s (mlp, c=8)" in names
     assert "| worker | 8 |" in bench.markdown
     assert "## Worker CPU per request by stage (us)" in bench.markdown

@@ -102,15 +102,31 @@ def test_a_batch_as_large_as_the_recent_ones_goes_without_waiting() -> None:
     np.testing.assert_array_equal(fourth.value(), row(4) * SCALE)
 
 
-def test_lone_rows_in_the_recent_batches_do_not_end_the_wait() -> None:
+def test_a_lone_caller_waits_only_for_its_first_batch() -> None:
     h = Harness(discipline=FIFO)
     h.add("m", sizes=(1, 2, 4), queue_delay_s=DELAY_S)
+    _one_batch_after_the_delay(h, 1)  # nothing learned yet: the first row waits
+    for k in range(3):
+        alone = h.submit("m", row(k + 1))
+        assert h.scheduler.step()  # the recent batches held one row: no rows are coming
+        np.testing.assert_array_equal(alone.value(), row(k + 1) * SCALE)
+    assert h.ran() == [("m", 1)] * 4
+
+
+def test_more_callers_than_usual_raise_the_rows_waited_for() -> None:
+    h = Harness(discipline=FIFO)
+    model = h.add("m", sizes=(1, 2, 4, 8), queue_delay_s=DELAY_S)
     _one_batch_after_the_delay(h, 1)
-    h.submit("m", row(1))
-    assert not h.scheduler.step()  # a one-row history must not turn the delay off
-    h.clock.advance(DELAY_S)
+    for k in range(4):  # four rows arrived while the device was busy: they go together
+        h.submit("m", row(k + 1))
     assert h.scheduler.step()
-    assert h.ran() == [("m", 1), ("m", 1)]
+    assert model.usual_rows() == 4
+    h.submit("m", row(1))
+    assert not h.scheduler.step()  # one row of the usual four: wait for the others
+    for k in range(3):
+        h.submit("m", row(k + 2))
+    assert h.scheduler.step()
+    assert h.ran() == [("m", 1), ("m", 4), ("m", 4)]
 
 
 def test_the_recent_batches_are_forgotten_after_a_while() -> None:

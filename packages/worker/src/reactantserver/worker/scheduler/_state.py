@@ -161,8 +161,10 @@ class SchedulerState:
         It does not wait at all when a deadline in it falls within that delay, when it has
         reached the largest size it could run, when a request that cannot join it is
         queued behind it, or when it holds as many rows as the largest of the model's recent
-        batches (two or more): steady traffic then runs as soon as the rows that usually
-        come together are in, instead of waiting out the delay for rows that are not coming.
+        batches: steady traffic then runs as soon as the rows that usually come together are
+        in, instead of waiting out the delay for rows that are not coming. A lone caller
+        (recent batches of one row) therefore never waits; only a model with no recent batch
+        waits out the whole delay for its first one.
         """
         head = queue[0]
         model = head.model
@@ -174,7 +176,7 @@ class SchedulerState:
         if len(window) < len(queue) or rows >= limit:
             return now
         usual = model.usual_rows()
-        if usual > 1 and rows >= usual:
+        if usual and rows >= usual:
             return now
         end = min(r.enqueue_ns for r in window) + model.queue_delay_ns
         if any(r.deadline_ns is not None and r.deadline_ns <= end for r in window):
