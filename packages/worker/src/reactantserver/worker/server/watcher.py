@@ -56,6 +56,10 @@ class RepositoryWatcher:
         self._lifecycle = lifecycle
         self._reconciler = Reconciler(seed)
         self._stop = threading.Event()
+        # Start and stop may race (a shutdown while the loader thread is still starting the
+        # watcher): the lock makes ``_thread`` name only a started thread, and a watcher
+        # stopped first never starts one.
+        self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.polls = 0
         """Completed polls (tests wait on it)."""
@@ -66,18 +70,25 @@ class RepositoryWatcher:
         return self._state.config.model_poll_seconds
 
     def start(self) -> None:
-        """Start the watcher thread."""
-        self._thread = threading.Thread(target=self._run, name="reactant-watcher", daemon=True)
-        self._thread.start()
+        """Start the watcher thread (nothing, once :meth:`stop` was called)."""
+        with self._lock:
+            if self._stop.is_set() or self._thread is not None:
+                return
+            thread = threading.Thread(target=self._run, name="reactant-watcher", daemon=True)
+            thread.start()
+            self._thread = thread
 
     def stop(self, timeout_s: float | None = None) -> None:
         """Stop polling (honoured at once between polls, or when a compiling load finishes).
 
-        Waits up to ``timeout_s`` for the thread (``None``: until it ends).
+        Waits up to ``timeout_s`` for the thread (``None``: until it ends). Safe to call
+        before, during or after :meth:`start`, from any thread.
         """
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout_s)
+        with self._lock:
+            self._stop.set()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):  # returns at once when stop() is called
