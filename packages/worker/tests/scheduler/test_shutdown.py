@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import grpc
@@ -208,3 +209,28 @@ def test_no_future_is_left_unresolved_after_stop(h: Harness) -> None:
     for exc in outcomes[1:]:
         assert exc is None or isinstance(exc, ShuttingDownError)
     assert no_dispatch_thread()
+
+
+def test_stop_while_another_thread_is_starting_it_never_fails() -> None:
+    # A shutdown during start-up: stop() lands while the loader thread is inside start(), the
+    # dispatch thread listed by threading but not yet running. Before the fix, stop() joined
+    # it then and failed with "cannot join thread before it is started".
+    def listed() -> bool:  # started or not (is_alive() is false until it runs)
+        return any(t.name == "reactant-dispatch" for t in threading.enumerate())
+
+    errors: list[BaseException] = []
+    for _ in range(200):
+        h = Harness(discipline=SchedulingDiscipline.FIFO)
+        starter = threading.Thread(target=h.scheduler.start)
+        starter.start()
+        deadline = time.monotonic() + WAIT_S
+        while not listed() and time.monotonic() < deadline:
+            pass  # spin, holding the GIL, so the new thread is caught before it runs
+        try:
+            h.scheduler.stop(grace_s=0.0)
+        except BaseException as exc:  # collected, so one failure does not hide the count
+            errors.append(exc)
+        join(starter)
+        h.scheduler.stop(grace_s=0.0)
+        wait_for(no_dispatch_thread)
+    assert errors == []

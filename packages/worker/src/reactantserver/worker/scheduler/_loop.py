@@ -40,14 +40,19 @@ class DispatchLoop:
         self._s = state
         self._dispatcher = dispatcher
         self._clock = clock
+        # ``_thread`` names only a started thread: a stop that races a start (a shutdown
+        # while start-up is still under way) joins it or finds none, never one half-started.
+        self._start_lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         """Start the dispatch thread."""
-        if self._thread is not None:
-            raise RuntimeError("the scheduler is already started")
-        self._thread = threading.Thread(target=self._run, name="reactant-dispatch", daemon=True)
-        self._thread.start()
+        with self._start_lock:
+            if self._thread is not None:
+                raise RuntimeError("the scheduler is already started")
+            thread = threading.Thread(target=self._run, name="reactant-dispatch", daemon=True)
+            thread.start()
+            self._thread = thread
 
     def stop(self, grace_s: float) -> None:
         """Stop admitting, serve what is queued for up to ``grace_s``, fail the rest, join."""
@@ -56,9 +61,11 @@ class DispatchLoop:
                 self._s.stopping = True
                 self._s.stop_deadline_ns = self._clock() + int(grace_s * 1e9)
             self._s.cond.notify_all()
-        if self._thread is not None:
-            if self._thread is not threading.current_thread():
-                self._thread.join()
+        with self._start_lock:
+            thread = self._thread
+        if thread is not None:
+            if thread is not threading.current_thread():
+                thread.join()
         else:
             self._finish()
 
