@@ -81,28 +81,28 @@ def checked_inputs(
     specs: Sequence[TensorSpec], tensors: Sequence[NamedTensor], *, model: str
 ) -> tuple[list[np.ndarray[Any, Any]], int]:
     """:func:`order_tensors` plus the request's rows (:func:`batch_rows`), checked once."""
-    if len(tensors) == len(specs) and all(
+    # The usual request names every declared input once, in declared order: no name table.
+    in_order = len(tensors) == len(specs) and all(
         t.name == spec.name for t, spec in zip(tensors, specs, strict=True)
-    ):
-        # The usual request: every declared input once, in declared order.
-        in_order = [t.data for t in tensors]
-        for spec, data in zip(specs, in_order, strict=True):
-            check_tensor(spec, data, model=model)
-        return in_order, batch_rows(specs, in_order, model=model)
+    )
     by_name: dict[str, np.ndarray[Any, Any]] = {}
-    for tensor in tensors:
-        if tensor.name in by_name:
-            raise InvalidArgumentError(
-                f"input '{tensor.name}' appears more than once in the request for model '{model}'"
-            )
-        by_name[tensor.name] = tensor.data
-    declared = {spec.name for spec in specs}
-    for name in by_name:
-        if name not in declared:
-            raise InvalidArgumentError(f"unexpected inference input '{name}' for model '{model}'")
+    if not in_order:
+        for tensor in tensors:
+            if tensor.name in by_name:
+                raise InvalidArgumentError(
+                    f"input '{tensor.name}' appears more than once in the request for model "
+                    f"'{model}'"
+                )
+            by_name[tensor.name] = tensor.data
+        declared = {spec.name for spec in specs}
+        for name in by_name:
+            if name not in declared:
+                raise InvalidArgumentError(
+                    f"unexpected inference input '{name}' for model '{model}'"
+                )
     arrays: list[np.ndarray[Any, Any]] = []
-    for spec in specs:
-        array = by_name.get(spec.name)
+    for i, spec in enumerate(specs):
+        array = tensors[i].data if in_order else by_name.get(spec.name)
         if array is None:
             raise InvalidArgumentError(f"model '{model}' expects input '{spec.name}', missing")
         check_tensor(spec, array, model=model)
