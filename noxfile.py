@@ -42,7 +42,8 @@ def _closure(package: str) -> list[str]:
         meta = tomllib.loads((ROOT / "packages" / name / "pyproject.toml").read_text())
         for dep in meta["project"]["dependencies"]:
             if dep.startswith("reactantserver-"):
-                visit(dep.split("==")[0].removeprefix("reactantserver-"))
+                # "reactantserver-core[server]==0.1.0" -> "core"
+                visit(dep.split("==")[0].split("[")[0].removeprefix("reactantserver-"))
         if name not in order:
             order.append(name)
 

@@ -1,7 +1,8 @@
 """gRPC server plumbing shared by the worker and the gateway (05 §Transport, §Health).
 
 - :func:`grpc_server_options`: message limits and keepalive from ``grpc.*`` settings.
-- :func:`server_credentials`: TLS / mTLS from ``cert_file``, ``key_file``, ``client_ca_file``.
+- :func:`server_credentials`: TLS / mTLS from ``cert_file``, ``key_file``, ``client_ca_file``
+  for a ``grpc`` server; :func:`front_tls` the same for the native front (:mod:`.front`).
 - :class:`HealthTracker`: ``grpc.health.v1`` following a readiness callable, ``NOT_SERVING``
   for good once shutdown starts.
 - :func:`enable_reflection`: server reflection under the public ``inference`` names, from a
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -29,6 +30,7 @@ import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool
 from google.protobuf.descriptor import FileDescriptor
 
+from reactantserver.core.front import FrontTls
 from reactantserver.core.protocol import (
     INFERENCE_SERVICE,
     control_pb2,
@@ -44,8 +46,10 @@ __all__ = [
     "HEALTH_SERVICES",
     "GrpcSettings",
     "HealthTracker",
+    "RpcRegistry",
     "TlsSettings",
     "enable_reflection",
+    "front_tls",
     "grpc_server_options",
     "public_descriptor_pool",
     "server_credentials",
@@ -89,6 +93,18 @@ class GrpcSettings(Protocol):
     @property
     def max_connection_age_seconds(self) -> float:
         """Connection age after which it is closed (0 = never)."""
+
+
+class RpcRegistry(Protocol):
+    """What method registration needs of a server: ``grpc.aio.Server`` and ``GrpcFront``."""
+
+    def add_generic_rpc_handlers(self, handlers: Iterable[grpc.GenericRpcHandler]) -> None:
+        """Serve the methods of generic handlers."""
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: Mapping[str, grpc.RpcMethodHandler]
+    ) -> None:
+        """Serve one service's method handlers."""
 
 
 class TlsSettings(Protocol):
@@ -143,6 +159,16 @@ def server_credentials(tls: TlsSettings) -> grpc.ServerCredentials | None:
     )
 
 
+def front_tls(tls: TlsSettings) -> FrontTls | None:
+    """The native front's TLS from the same settings (None: plain); checks the files exist."""
+    if not tls.cert_file:
+        return None
+    for path in (tls.cert_file, tls.key_file, tls.client_ca_file):
+        if path and not Path(path).is_file():
+            raise FileNotFoundError(f"TLS file not found: {path}")
+    return FrontTls(tls.cert_file, tls.key_file, tls.client_ca_file)
+
+
 class HealthTracker:
     """The aio health servicer plus the task that keeps it in step with ``ready()``."""
 
@@ -154,7 +180,7 @@ class HealthTracker:
         self._serving: bool | None = None
         self._task: asyncio.Task[None] | None = None
 
-    def add_to(self, server: grpc.aio.Server) -> None:
+    def add_to(self, server: RpcRegistry) -> None:
         """Register ``grpc.health.v1.Health`` on ``server``."""
         from grpc_health.v1 import health_pb2_grpc
 
@@ -249,7 +275,7 @@ def public_descriptor_pool() -> descriptor_pool.DescriptorPool:
     return pool
 
 
-def enable_reflection(server: grpc.aio.Server, services: Iterable[str]) -> None:
+def enable_reflection(server: RpcRegistry, services: Iterable[str]) -> None:
     """Serve ``grpc.reflection.v1`` and ``v1alpha`` listing ``services`` (plus reflection)."""
     from grpc_reflection.v1alpha import (
         reflection,

@@ -22,17 +22,16 @@ import logging
 import threading
 from typing import Any
 
-import grpc
 from aiohttp import web
 
 from reactantserver.core.config import WorkerConfig
+from reactantserver.core.front import GrpcFront
 from reactantserver.core.protocol import INFERENCE_SERVICE, control_pb2, inference_service_handler
 from reactantserver.core.serving import (
     HEALTH_SERVICE,
     HealthTracker,
     enable_reflection,
-    grpc_server_options,
-    server_credentials,
+    front_tls,
 )
 from reactantserver.worker.server.boot import boot
 from reactantserver.worker.server.control import add_control_service
@@ -64,7 +63,7 @@ class WorkerServer:
         self.health = HealthTracker(self.state.ready)
         self.grpc_port = 0
         self.http_port = 0
-        self._server: grpc.aio.Server | None = None
+        self._server: GrpcFront | None = None
         self._http: web.AppRunner | None = None
         self._booted: asyncio.Future[None] | None = None
         self._stopped = False
@@ -73,7 +72,11 @@ class WorkerServer:
     async def start(self) -> None:
         """Open both listeners and start loading models on the loader thread."""
         config = self.config
-        server = grpc.aio.server(options=grpc_server_options(config.grpc))
+        server = GrpcFront(
+            max_recv_msg_bytes=config.grpc.max_recv_msg_bytes,
+            max_send_msg_bytes=config.grpc.max_send_msg_bytes,
+            log_format=config.logging.format.value,
+        )
         service = InferenceService(self.state)
         server.add_generic_rpc_handlers([inference_service_handler(service.handlers())])
         self.health.add_to(server)
@@ -84,14 +87,11 @@ class WorkerServer:
         if config.endpoints.reflection:
             enable_reflection(server, services)
         address = _address(config.endpoints.host, config.endpoints.port)
-        credentials = server_credentials(config.endpoints.tls)
-        if credentials is None:
-            self.grpc_port = server.add_insecure_port(address)
-        else:
-            self.grpc_port = server.add_secure_port(address, credentials)
-        await server.start()
+        tls = front_tls(config.endpoints.tls)
+        self.grpc_port = server.add_port(address, tls)
+        await server.start(grace_seconds=config.shutdown_grace_seconds + 1.0)
         self._server = server
-        if config.endpoints.lane and credentials is None:
+        if config.endpoints.lane and tls is None:
             self.lane = await self._open_lane(service)
         await self.health.start()
         if config.endpoints.metrics_port:
@@ -105,7 +105,7 @@ class WorkerServer:
             "listening grpc=%s http=%s tls=%s",
             address,
             self.http_port or "off",
-            credentials is not None,
+            tls is not None,
         )
         self._booted = self._boot_in_thread()
 

@@ -29,6 +29,7 @@ from reactantserver.core.errors import (
     ShuttingDownError,
 )
 from reactantserver.core.protocol import control_pb2, control_pb2_grpc
+from reactantserver.core.serving import RpcRegistry
 from reactantserver.worker.registry import ModelEntry, ModelState
 from reactantserver.worker.runtime.probe import ModelRuns, model_runs
 from reactantserver.worker.runtime.residency import Residency
@@ -340,6 +341,6 @@ def _meta_status(
     )
 
 
-def add_control_service(server: grpc.aio.Server, state: WorkerState) -> None:
+def add_control_service(server: RpcRegistry, state: WorkerState) -> None:
     """Register :class:`WorkerControlService` on ``server`` (``endpoints.control_service``)."""
     control_pb2_grpc.add_WorkerControlServicer_to_server(WorkerControlService(state), server)
