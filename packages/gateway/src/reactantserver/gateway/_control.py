@@ -18,6 +18,7 @@ import grpc
 
 from reactantserver.core.errors import ReactantError, status_of
 from reactantserver.core.protocol import control_pb2, control_pb2_grpc
+from reactantserver.core.serving import RpcRegistry
 from reactantserver.gateway._merge import merge_compact
 from reactantserver.gateway._policy import Policy
 from reactantserver.gateway._proxy import ForwardError
@@ -160,7 +161,7 @@ class _CompactFanOut(control_pb2_grpc.WorkerControlServicer):
 
 
 def add_control_services(
-    server: grpc.aio.Server,
+    server: RpcRegistry,
     policy: Policy,
     links: Sequence[WorkerLink],
     config: GatewayConfig,

@@ -18,16 +18,15 @@ import asyncio
 import logging
 from typing import Any
 
-import grpc
 from aiohttp import web
 
+from reactantserver.core.front import GrpcFront
 from reactantserver.core.protocol import INFERENCE_SERVICE, control_pb2
 from reactantserver.core.serving import (
     HEALTH_SERVICE,
     HealthTracker,
     enable_reflection,
-    grpc_server_options,
-    server_credentials,
+    front_tls,
 )
 from reactantserver.gateway._control import add_control_services
 from reactantserver.gateway._discovery import Discovery
@@ -121,7 +120,7 @@ class GatewayServer:
         )
         self.grpc_port = 0
         self.http_port = 0
-        self._server: grpc.aio.Server | None = None
+        self._server: GrpcFront | None = None
         self._http: web.AppRunner | None = None
         self._stopped = False
 
@@ -138,7 +137,11 @@ class GatewayServer:
         self.metrics.max_concurrent_requests.set(config.inbound_cap)
         await wait_for_preconditions(config, self.links, self.policy)
         await self.discovery.probe_round()
-        server = grpc.aio.server(options=grpc_server_options(config.grpc))
+        server = GrpcFront(
+            max_recv_msg_bytes=config.grpc.max_recv_msg_bytes,
+            max_send_msg_bytes=config.grpc.max_send_msg_bytes,
+            log_format=config.logging.format.value,
+        )
         server.add_generic_rpc_handlers([self.service.handler()])
         self.health.add_to(server)
         services = [INFERENCE_SERVICE, HEALTH_SERVICE]
@@ -146,13 +149,9 @@ class GatewayServer:
             add_control_services(server, self.policy, self.links, config)
             services.extend(_CONTROL_SERVICES)
         enable_reflection(server, services)
-        credentials = server_credentials(config.tls)
         address = config.listen.grpc
-        if credentials is None:
-            self.grpc_port = server.add_insecure_port(address)
-        else:
-            self.grpc_port = server.add_secure_port(address, credentials)
-        await server.start()
+        self.grpc_port = server.add_port(address, front_tls(config.tls))
+        await server.start(grace_seconds=SHUTDOWN_GRACE_SECONDS)
         self._server = server
         await self.health.start()
         self.discovery.start()
