@@ -10,6 +10,8 @@ import pytest
 from tritonclient.grpc import model_config_pb2, service_pb2
 from tritonclient.utils import InferenceServerException
 
+from reactantserver.worker.scheduler import ADAPTIVE_MAX_HOLD_NS
+
 from ._bundles import BROKEN, HOOKY, SPIN
 from ._harness import message_of, status_of
 
@@ -96,7 +98,8 @@ def test_model_config_of_a_coalescable_model(client: Any) -> None:
     assert [(t.name, t.data_type, list(t.dims)) for t in config.output] == [("logits", FP32, [4])]
     batching = config.dynamic_batching
     assert list(batching.preferred_batch_size) == [1, 8, 32]
-    assert batching.max_queue_delay_microseconds == 0
+    # No fixed delay is configured: the adaptive wait reports its bound (at most 2 ms).
+    assert batching.max_queue_delay_microseconds == ADAPTIVE_MAX_HOLD_NS // 1000
     assert batching.default_queue_policy.max_queue_size == 1024
     assert batching.default_queue_policy.allow_timeout_override
     (group,) = config.instance_group

@@ -290,3 +290,14 @@ def test_nothing_reads_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     loaded = load()
     assert loaded.runtime.mem_fraction == 0.9
     assert loaded.cache_dir == "/home/tester/.cache/reactantserver"
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"), [("auto", None), ("", None), ("none", None), ("0", 0), ("1500", 1500)]
+)
+def test_the_queue_delay_variable_sets_a_delay_or_the_adaptive_wait(
+    raw: str, expected: int | None
+) -> None:
+    variable = "INFERENCE_SERVER_SCHEDULER_MAX_QUEUE_DELAY_MICROSECONDS"
+    data = {"scheduler": {"max_queue_delay_microseconds": 700}}
+    assert load(data, **{variable: raw}).scheduler.max_queue_delay_microseconds == expected

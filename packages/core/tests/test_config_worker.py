@@ -88,8 +88,11 @@ SPEC_DEFAULTS: list[tuple[str, object]] = [
     ("scheduler.max_queue_depth", 1024),
     ("scheduler.compaction_interval", 0),
     ("scheduler.default_priority", 1),
-    ("scheduler.pad_up_when_cheaper", False),
-    ("scheduler.max_queue_delay_microseconds", 0),
+    # On: a batch pads up to a larger compiled size when the learned costs say it serves
+    # more rows per second (issue 32: coalescing without tuning).
+    ("scheduler.pad_up_when_cheaper", True),
+    # Unset: the adaptive wait (issue 32: coalescing without tuning); a number fixes the delay.
+    ("scheduler.max_queue_delay_microseconds", None),
     ("scheduler.models", {}),
     ("meta.concurrency", 2),
     ("meta.scratch_bytes", GIB),

@@ -50,6 +50,7 @@ def test_reused_plans_match_fresh_ones_through_random_changes(seed: int) -> None
 
 def test_any_change_drops_the_memo() -> None:
     state = SchedulerState(SchedulerConfig())
+    state.costs.record("m", 1, 1e-3)  # pad-up weighs costs: a plan now follows them too
     model = scheduled(sizes=(1, 4))
     queue = ModelQueue()
     first = pending(model)
@@ -67,17 +68,40 @@ def test_any_change_drops_the_memo() -> None:
     assert queue.plan_memo is None  # nothing kept alive by an emptied queue
 
 
-def test_pad_up_plans_are_not_reused() -> None:
+def test_pad_up_plans_are_not_reused_once_the_costs_change() -> None:
     """They weigh learned costs, which change without the queue changing."""
     state = SchedulerState(SchedulerConfig(pad_up_when_cheaper=True))
     model = scheduled(sizes=(1, 4))
     queue = ModelQueue()
     request = pending(model)
     queue.push(request)
-    assert state.plan_locked(queue, request) == ([request], 1)
-    assert queue.plan_memo is None
+    queue.push(pending(model))
+    assert state.plan_locked(queue, request) == ([request], 1)  # no costs yet: no pad-up
     for size, seconds in ((1, 0.01), (4, 0.011)):
         state.costs.record(model.name, size, seconds)
-    queue.push(pending(model))
-    taken, batch = state.plan_locked(queue, request)
+    taken, batch = state.plan_locked(queue, request)  # the same queue, new costs
     assert (len(taken), batch) == (2, 4)  # padded up: 2 rows for ~the cost of 1
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_with_pad_up_a_reused_plan_matches_a_fresh_one_as_costs_change(seed: int) -> None:
+    rng = random.Random(seed)
+    state = SchedulerState(SchedulerConfig(pad_up_when_cheaper=True))
+    model = scheduled(sizes=(1, 4, 8))
+    for size in (1, 4, 8):
+        state.costs.record(model.name, size, rng.uniform(1e-4, 1e-3))
+    queue = ModelQueue()
+    for _ in range(200):
+        action = rng.random()
+        if action < 0.5 or not queue:
+            queue.push(pending(model, rows=rng.randint(1, 3)))
+        elif action < 0.8:
+            # Another dispatch of the model taught a new cost: the plan may pad differently.
+            state.costs.record(model.name, rng.choice((1, 4, 8)), rng.uniform(1e-5, 2e-3))
+        else:
+            taken, _ = state.plan_locked(queue, queue[0])
+            queue.remove_all(taken)
+        if queue:
+            memo = state.plan_locked(queue, queue[0])
+            assert state.plan_locked(queue, queue[0]) == memo
+            assert memo == _fresh(state, queue)

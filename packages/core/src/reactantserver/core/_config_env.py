@@ -10,9 +10,10 @@ import enum
 import math
 import os
 import pwd
+import types
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, get_args
 
 import attrs
 
@@ -92,8 +93,21 @@ def _build_overrides() -> dict[str, tuple[tuple[str, ...], Any]]:
 ENV_OVERRIDES: Final[Mapping[str, tuple[tuple[str, ...], Any]]] = _build_overrides()
 
 
+#: The words that leave an optional key unset (``X | None``), e.g. the adaptive queue delay.
+_UNSET: Final = frozenset({"", "none", "auto"})
+
+
 def parse_env_value(raw: str, leaf_type: Any) -> object:
-    """Parse a variable's text as ``leaf_type``; :class:`InvalidValue` says why it cannot."""
+    """Parse a variable's text as ``leaf_type``; :class:`InvalidValue` says why it cannot.
+
+    An optional key (``int | None``) is unset by an empty value, ``none`` or ``auto``.
+    """
+    if isinstance(leaf_type, types.UnionType) and type(None) in get_args(leaf_type):
+        return _parse_optional(raw, leaf_type)
+    return _parse_plain(raw, leaf_type)
+
+
+def _parse_plain(raw: str, leaf_type: Any) -> object:
     if leaf_type is bool:
         word = raw.strip().lower()
         if word in _TRUE:
@@ -119,6 +133,13 @@ def parse_env_value(raw: str, leaf_type: Any) -> object:
     if leaf_type is str or (isinstance(leaf_type, type) and issubclass(leaf_type, enum.Enum)):
         return raw  # enums are checked when structured, with the variable named
     raise TypeError(f"no environment parser for {leaf_type!r}")  # pragma: no cover
+
+
+def _parse_optional(raw: str, leaf_type: types.UnionType) -> object:
+    if raw.strip().lower() in _UNSET:
+        return None
+    (inner,) = [t for t in get_args(leaf_type) if t is not type(None)]
+    return parse_env_value(raw, inner)
 
 
 @attrs.frozen

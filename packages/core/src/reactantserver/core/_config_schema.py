@@ -165,10 +165,11 @@ class SchedulerConfig:
     max_queue_depth: int = setting(1024, check=between(0, lo_open=True))
     compaction_interval: int = setting(0, check=between(0))
     default_priority: int = setting(1, check=between(1))
-    pad_up_when_cheaper: bool = setting(False)
-    max_queue_delay_microseconds: int = setting(0, check=between(0, 1_000_000))
+    pad_up_when_cheaper: bool = setting(True)
+    max_queue_delay_microseconds: int | None = setting(None, check=between(0, 1_000_000))
     """How long a coalescable model's oldest request may wait for more rows while the device
-    is idle (beyond, 04); 0 never waits."""
+    is idle (beyond, 04); 0 never waits. Unset: an adaptive wait, only while requests keep
+    arriving and at most 2 ms (the worker's scheduler decides from arrival gaps and costs)."""
     # Read-only by type; excluded from the hash because a dict is not hashable.
     models: Mapping[str, ModelSchedulingConfig] = attrs.field(
         factory=dict, converter=_models, hash=False
@@ -178,8 +179,9 @@ class SchedulerConfig:
         """The scheduling settings of ``name`` (the defaults when it has no entry)."""
         return self.models.get(name, _DEFAULT_MODEL_SCHEDULING)
 
-    def queue_delay_us(self, name: str) -> int:
-        """``name``'s queue delay in microseconds: its own setting, else the global one."""
+    def queue_delay_us(self, name: str) -> int | None:
+        """``name``'s queue delay in microseconds: its own setting, else the global one
+        (None: adaptive)."""
         own = self.for_model(name).max_queue_delay_microseconds
         return self.max_queue_delay_microseconds if own is None else own
 

@@ -25,7 +25,7 @@ from reactantserver.worker.scheduler.fair import (
     shares,
 )
 from reactantserver.worker.scheduler.limits import InflightLimiter
-from reactantserver.worker.scheduler.model import ProgramKey, ScheduledModel
+from reactantserver.worker.scheduler.model import ADAPTIVE_MAX_HOLD_NS, ProgramKey, ScheduledModel
 from reactantserver.worker.scheduler.planning import Plan, fit_batch, plan_batch, take_count
 from reactantserver.worker.scheduler.queue import (
     Completion,
@@ -45,6 +45,7 @@ from reactantserver.worker.scheduler.stats import (
 )
 
 __all__ = [
+    "ADAPTIVE_MAX_HOLD_NS",
     "DEFAULT_COST_S",
     "QUEUE_WAIT_SAMPLES",
     "SHUTTING_DOWN",

@@ -117,6 +117,7 @@ class Dispatcher:
         name = requests[0].model.name
         now = self._clock()
         with self._s.cond:
+            requests[0].model.last_done_ns = now
             for request in requests:
                 request.state = State.DONE
             stats = self._s.stats.get(name)

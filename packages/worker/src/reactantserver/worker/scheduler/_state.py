@@ -26,8 +26,8 @@ from reactantserver.worker.scheduler.disciplines import (
     select_fifo,
 )
 from reactantserver.worker.scheduler.fair import RecentLoad, shares
-from reactantserver.worker.scheduler.model import ScheduledModel
-from reactantserver.worker.scheduler.planning import plan_batch
+from reactantserver.worker.scheduler.model import ADAPTIVE_MAX_HOLD_NS, ScheduledModel
+from reactantserver.worker.scheduler.planning import fit_batch, plan_batch
 from reactantserver.worker.scheduler.queue import ModelQueue, Pending, State
 from reactantserver.worker.scheduler.stats import ModelStats
 
@@ -154,44 +154,88 @@ class SchedulerState:
         return until
 
     def ready_at_locked(self, queue: ModelQueue, now: int) -> int:
-        """When a non-empty queue should be dispatched: ``now`` unless its model has a queue
-        delay and the batch from its head could still grow.
+        """When a non-empty queue should be dispatched: ``now`` unless the batch from its head
+        could still grow and its model waits for rows.
 
-        The batch waits for more rows until its oldest request has waited the model's delay.
-        It does not wait at all when a deadline in it falls within that delay, when it has
-        reached the largest size it could run, when a request that cannot join it is
-        queued behind it, or when it holds as many rows as the largest of the model's recent
-        batches: steady traffic then runs as soon as the rows that usually come together are
-        in, instead of waiting out the delay for rows that are not coming. A lone caller
-        (recent batches of one row) therefore never waits; only a model with no recent batch
-        waits out the whole delay for its first one.
+        It never waits when the batch has reached the largest size it could run, when a
+        request that cannot join it is queued behind it, or when a deadline in it falls
+        within the wait. Otherwise a fixed queue delay (``max_queue_delay_microseconds``)
+        holds the batch until its oldest request has waited that long, or until it holds as
+        many rows as the largest of the model's recent batches: steady traffic then runs as
+        soon as the rows that usually come together are in, and a lone caller (recent
+        batches of one row) never waits. Without a fixed delay the wait is adaptive (see
+        :meth:`adaptive_end_locked`).
         """
         head = queue[0]
         model = head.model
-        if model.queue_delay_ns <= 0 or not model.coalescable:
+        delay = model.queue_delay_ns
+        if not model.coalescable or (delay is not None and delay <= 0):
             return now
         limit = _row_limit(model, head)
         window = queue.window(head, limit)
         rows = sum(r.rows for r in window)
         if len(window) < len(queue) or rows >= limit:
             return now
-        usual = model.usual_rows()
-        if usual and rows >= usual:
-            return now
-        end = min(r.enqueue_ns for r in window) + model.queue_delay_ns
+        oldest = min(r.enqueue_ns for r in window)
+        if delay is None:
+            adaptive = self.adaptive_end_locked(model, head, rows, oldest, now)
+            if adaptive is None:
+                return now
+            end = adaptive
+        else:
+            usual = model.usual_rows()
+            if usual and rows >= usual:
+                return now
+            end = oldest + delay
         if any(r.deadline_ns is not None and r.deadline_ns <= end for r in window):
             return now
         return max(end, now)
 
+    def adaptive_end_locked(
+        self, model: ScheduledModel, head: Pending, rows: int, oldest: int, now: int
+    ) -> int | None:
+        """Until when a batch of ``rows`` waits without a fixed delay (None: not at all).
+
+        It waits only while requests keep arriving, by the model's average arrival gap, and
+        never more than :data:`ADAPTIVE_MAX_HOLD_NS` after its oldest request:
+
+        - with fewer rows than the model's recent batches held, until the next arrival is a
+          whole gap overdue (a lone caller's recent batches hold one row: it never waits);
+        - with as many, one gap past the last arrival, and only while the device is busy
+          with the model (its last execution ended less than a gap ago) and requests arrive
+          faster than one execution of the batch takes (its learned cost): it could not
+          keep up serving them one by one, so the batch grows. In a closed loop whose
+          callers are all queued nothing more comes, and the batch goes a gap later. A
+          request to a device that has been idle does not wait here.
+        """
+        gap = model.arrival_gap_ns
+        last = model.last_arrival_ns
+        if gap is None or last is None:
+            return None
+        if rows < model.usual_rows():
+            end = last + int(2 * gap)
+        else:
+            done = model.last_done_ns
+            if done is None or now - done >= gap:
+                return None
+            cost = self.costs.measured(model.name, fit_batch(model.sizes[head.variant], rows))
+            if cost is None or gap >= cost * 1e9:
+                return None
+            end = last + int(gap)
+        if now >= end:
+            return None
+        return min(end, oldest + ADAPTIVE_MAX_HOLD_NS)
+
     def plan_locked(self, queue: ModelQueue, head: Pending) -> tuple[list[Pending], int]:
         model = head.model
         pad_up = self.config.pad_up_when_cheaper and model.coalescable
-        # A plan from the queue's head depends only on the queue's contents, unless pad-up
-        # weighs learned costs: reuse it until the queue changes.
-        reusable = not pad_up and head is queue[0]
-        if reusable and queue.plan_memo is not None:
-            taken, batch = queue.plan_memo
-            return list(taken), batch
+        # A plan from the queue's head depends only on the queue's contents and, with
+        # pad-up, on the model's learned costs: reuse it until either changes.
+        reusable = head is queue[0]
+        version = self.costs.version(model.name) if pad_up else -1
+        memo = queue.plan_memo
+        if reusable and memo is not None and memo[2] == version:
+            return list(memo[0]), memo[1]
         sizes = model.sizes[head.variant]
         cap = model.max_batch_size
         window = queue.window(head, _row_limit(model, head))
@@ -208,7 +252,7 @@ class SchedulerState:
         )
         taken = window[: plan.count]
         if reusable:
-            queue.plan_memo = (taken, plan.batch)
+            queue.plan_memo = (taken, plan.batch, version)
         return list(taken), plan.batch
 
     def retire_locked(self, model: ScheduledModel) -> None:

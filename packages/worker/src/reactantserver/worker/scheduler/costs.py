@@ -24,6 +24,14 @@ class CostTable:
         self.alpha = alpha
         self.default = default
         self._costs: dict[tuple[str, int], float] = {}
+        self._versions: dict[str, int] = {}
+
+    def version(self, model: str) -> int:
+        """A number that changes whenever any estimate of ``model`` changes (plan memos)."""
+        return self._versions.get(model, 0)
+
+    def _touch(self, model: str) -> None:
+        self._versions[model] = self._versions.get(model, 0) + 1
 
     def get(self, model: str, batch: int) -> float:
         """The estimate for ``(model, batch)``; the default when never measured."""
@@ -39,6 +47,7 @@ class CostTable:
         old = self._costs.get(key)
         new = seconds if old is None else self.alpha * seconds + (1.0 - self.alpha) * old
         self._costs[key] = new
+        self._touch(model)
         return new
 
     def seed(self, costs: Mapping[RunKey, float]) -> None:
@@ -48,6 +57,8 @@ class CostTable:
             slot = (key.model, key.batch)
             seeds[slot] = max(seconds, seeds.get(slot, 0.0))
         self._costs.update(seeds)
+        for model, _batch in seeds:
+            self._touch(model)
 
     def of_model(self, model: str) -> dict[int, float]:
         """Every known estimate of ``model``, by batch size."""
@@ -57,8 +68,11 @@ class CostTable:
         """Move every estimate of ``old`` to ``new`` (a rename in place)."""
         for model, batch in [k for k in self._costs if k[0] == old]:
             self._costs[(new, batch)] = self._costs.pop((model, batch))
+        self._touch(old)
+        self._touch(new)
 
     def forget(self, model: str) -> None:
         """Drop every estimate of ``model``."""
         for key in [k for k in self._costs if k[0] == model]:
             del self._costs[key]
+        self._touch(model)

@@ -208,6 +208,7 @@ class Scheduler:
             queue.push(request)
             self._s.queued += 1
             model.outstanding += 1
+            model.note_arrival(request.enqueue_ns)
             if committed:
                 self._s.committed.append(request)
             # A dispatch thread sleeping out a queue delay only needs waking for a queue

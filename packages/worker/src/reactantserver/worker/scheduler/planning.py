@@ -100,9 +100,15 @@ def _pad_up(
     limit: float,
     measured: Callable[[int], float | None],
 ) -> tuple[int, int]:
-    """Step 8: among sizes >= the planned one, maximise taken rows per second (ties: smaller)."""
+    """Step 8: among sizes >= the planned one, maximise taken rows per second (ties: smaller).
+
+    A larger size counts only if it takes more requests than the plan: padding the same rows
+    into a bigger program gains nothing, and two costs within noise must not decide it.
+    """
     batch, count = planned
-    larger = [s for s in sizes if s >= batch]
+    larger = [
+        s for s in sizes if s == batch or (s > batch and take_count(rows, min(s, limit)) > count)
+    ]
     costs = [measured(s) for s in larger]
     if any(c is None or c <= 0.0 for c in costs):
         return batch, count

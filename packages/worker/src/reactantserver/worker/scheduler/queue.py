@@ -185,9 +185,10 @@ class ModelQueue:
         # no longer QUEUED are dropped when they reach the top. Keeps edf selection and the
         # expiry purge O(log n) instead of a scan of the queue.
         self._deadlines: list[tuple[int, int, Pending]] = []
-        #: The scheduler's plan from the head (taken requests, batch), dropped by every change
-        #: to the contents: the fair discipline plans every queue on every dispatch.
-        self.plan_memo: tuple[list[Pending], int] | None = None
+        #: The scheduler's plan from the head (taken requests, batch, the model's cost-table
+        #: version it was planned with), dropped by every change to the contents: the fair
+        #: discipline plans every queue on every dispatch.
+        self.plan_memo: tuple[list[Pending], int, int] | None = None
 
     def __len__(self) -> int:
         return len(self._items)

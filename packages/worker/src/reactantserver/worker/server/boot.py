@@ -273,7 +273,7 @@ def admit_model(
             generation=compiled.generation,
             weight=settings.weight,
             max_batch_size=settings.max_batch_size,
-            queue_delay_ns=state.config.scheduler.queue_delay_us(manifest.name) * 1000,
+            queue_delay_ns=_queue_delay_ns(state.config.scheduler.queue_delay_us(manifest.name)),
         )
         if scheduled.weights is not None:
             scheduled.weights = key
@@ -413,3 +413,8 @@ def boot(state: WorkerState) -> Booted:
         len(found.bundles) + len(found.conflicts) - len(bundles),
     )
     return Booted(seen, digester)
+
+
+def _queue_delay_ns(microseconds: int | None) -> int | None:
+    """A configured queue delay in nanoseconds (None stays None: the adaptive wait)."""
+    return None if microseconds is None else microseconds * 1000

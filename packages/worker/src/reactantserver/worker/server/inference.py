@@ -181,7 +181,7 @@ class InferenceService:
             effective_max_batch=0 if scheduled is None else scheduled.max_batch,
             residency=residency,
             weight_bytes=weight_bytes,
-            queue_delay_us=0 if scheduled is None else scheduled.queue_delay_ns // 1000,
+            queue_delay_us=_reported_delay_us(scheduled),
         )
 
     async def model_statistics(
@@ -392,6 +392,17 @@ class InferenceService:
                 )
             await _abort(context, error)
             raise AssertionError("unreachable") from exc
+
+
+def _reported_delay_us(scheduled: Any) -> int:
+    """``dynamic_batching.max_queue_delay_microseconds``: the fixed delay, or the adaptive
+    wait's bound."""
+    from reactantserver.worker.scheduler import ADAPTIVE_MAX_HOLD_NS
+
+    if scheduled is None:
+        return 0
+    delay = scheduled.queue_delay_ns
+    return (ADAPTIVE_MAX_HOLD_NS if delay is None else delay) // 1000
 
 
 def _unsupported_parameters(request: Any) -> str | None:
