@@ -133,6 +133,15 @@ class TimedBackend:
             self.ns += time.perf_counter_ns() - start
             self.calls += 1
 
+    def to_device_many(self, hosts: Sequence[Any], *, wait: bool = True) -> list[Any]:
+        """Forwarded, timed."""
+        start = time.perf_counter_ns()
+        try:
+            return self.inner.to_device_many(hosts, wait=wait)
+        finally:
+            self.ns += time.perf_counter_ns() - start
+            self.calls += 1
+
     def wait(self, buffers: Sequence[Any]) -> None:
         """Forwarded, timed."""
         start = time.perf_counter_ns()

@@ -172,6 +172,10 @@ def test_page_locked_copy_round_trip(exported: Any) -> None:
     assert [h.sharding.memory_kind for h in locked] == [PINNED_HOST, PINNED_HOST]
     weights = [backend.to_device(h, wait=False) for h in locked]
     backend.wait(weights)
+    batched = backend.to_device_many([x, *locked])  # NumPy and page-locked, one call
+    np.testing.assert_array_equal(backend.to_host(batched[2]), b)
+    for buf in batched:
+        backend.free(buf)
     assert {buf.sharding.memory_kind for buf in weights} == {"device"}
     outputs = backend.execute(exe, [backend.to_device(x), *weights], wait=False)
     backend.wait(outputs)
@@ -179,3 +183,11 @@ def test_page_locked_copy_round_trip(exported: Any) -> None:
     for buf in [*locked, *weights, *outputs]:
         backend.free(buf)
         assert buf.is_deleted()
+
+
+def test_batched_copy_entry_point_exists() -> None:
+    """The C++ call that copies a model's page-locked arrays at once (else a slow fallback)."""
+    from reactantserver.worker import _backend
+
+    assert _backend._BATCHED_COPY is not None
+    assert _backend._ALWAYS_COPY is not None

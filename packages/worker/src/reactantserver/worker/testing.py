@@ -150,6 +150,7 @@ class MockBackend:
         self.transfers = 0
         self.transfer_bytes = 0
         self.async_transfers_started = 0
+        self.batches = 0
         self.pinned_transfers = 0
         self.waits = 0
         self.page_locks = 0
@@ -252,6 +253,21 @@ class MockBackend:
             self.async_transfers_started += 1
         self.events.append(("transfer", f"{buf.nbytes}{'' if wait else ' async'}"))
         return buf
+
+    def to_device_many(
+        self, hosts: Sequence[NDArray | MockBuffer], *, wait: bool = True
+    ) -> list[MockBuffer]:
+        """:meth:`to_device` of each (freed again if one fails); ``batches`` counts calls."""
+        self.batches += 1
+        out: list[MockBuffer] = []
+        try:
+            for host in hosts:
+                out.append(self.to_device(host, wait=wait))
+        except BaseException:
+            for buf in out:
+                self.free(buf)
+            raise
+        return out
 
     def wait(self, buffers: Sequence[MockBuffer]) -> None:
         """Mark the buffers' copies done."""

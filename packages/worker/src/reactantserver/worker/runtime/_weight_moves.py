@@ -140,15 +140,8 @@ class WeightMoves:
 
     def _load(self, entry: CacheEntry, *, wait: bool = True) -> list[DeviceBuffer]:
         start = time.perf_counter()
-        hosts = entry.source.load()
-        buffers: list[DeviceBuffer] = []
-        try:
-            for host in hosts:
-                buffers.append(self._backend.to_device(host, wait=wait))
-        except BaseException:
-            for buf in buffers:
-                self._backend.free(buf)
-            raise
+        # One batched call, every copy queued before any wait (a weight set is many arrays).
+        buffers = self._backend.to_device_many(entry.source.load(), wait=wait)
         entry.buffers = buffers
         entry.loads += 1
         self.loads += 1

@@ -151,6 +151,16 @@ class Backend(Protocol):
         """
         ...
 
+    def to_device_many(
+        self, hosts: Sequence[np.ndarray[Any, Any] | HostBuffer], *, wait: bool = True
+    ) -> list[DeviceBuffer]:
+        """Copy several host arrays (a model's weights) to the device, queued together.
+
+        Like :meth:`to_device` on each, with one call's overhead where the backend can batch
+        (a weight set is many small arrays); on failure nothing stays allocated.
+        """
+        ...
+
     def wait(self, buffers: Sequence[DeviceBuffer]) -> None:
         """Block until ``buffers`` (from ``to_device(..., wait=False)``) are on the device."""
         ...
