@@ -14,6 +14,7 @@ import textwrap
 import time
 from collections import deque
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -34,7 +35,7 @@ def test_cpu_dry_run_runs_every_step(tmp_path: Path) -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=280,
+        timeout=290,
         check=False,
     )
     assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-4000:]
@@ -106,3 +107,56 @@ def test_pytest_summary_is_parsed() -> None:
     failed = kit._tests_report(deque(["= 1 failed, 4 passed in 3s ="]), 1)
     assert failed["figures"][0]["met"] is False
     assert not failed["complete"]
+
+
+def test_gpu_shaped_results_make_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report paths only a GPU run reaches: allocator statistics, page-locked loads."""
+    from bench.gpu import density, served, transfers
+    from reactantserver.worker._backend import JaxBackend
+    from reactantserver.worker.runtime import MemoryStats
+
+    stats = MemoryStats(bytes_in_use=5, bytes_limit=80, peak_bytes_in_use=9, bytes_reserved=0)
+    monkeypatch.setattr(JaxBackend, "memory_stats", lambda self: stats)
+    device = transfers._device(SimpleNamespace(mode=MODES["cpu-dry-run"]))  # type: ignore[arg-type]
+    assert device["memory_stats"]["free"] == 75
+    rates = {"raw_pageable": 20.0, "raw_page_locked": 50.0, "load_page_locked": 45.0}
+    bandwidth = {"model_arrays": 161, **{k: {"gbps": v} for k, v in rates.items()}}
+    ratio, time_ratio, *rest = transfers._bandwidth_figures(bandwidth, "cuda")
+    assert (ratio["value"], ratio["met"]) == (pytest.approx(0.9), True)
+    assert (time_ratio["value"], time_ratio["met"]) == (pytest.approx(1 / 0.9), True)
+    assert len(rest) == 3
+    points = {
+        "weight_bytes": 100,
+        "before_load": 1000,
+        "after_load": 1102,
+        "after_eviction": 1001,
+        "after_compaction": 1000,
+    }
+    loaded, freed, compacted = transfers._memory_figures(points)
+    assert loaded["value"] == pytest.approx(1.02)
+    assert (freed["value"], freed["met"]) == (pytest.approx(101 / 102), True)
+    assert compacted["value"] == 0
+    row = {
+        "requests_per_s": 100.0,
+        "p99_ms": 10.0,
+        "loads_per_1000": 5.0,
+        "prefetches_per_1000": 2.0,
+        "load_gbps": 20.0,
+    }
+    rows = [
+        {**row, "mode": "prefetch", "requests_per_s": 80.0, "p99_ms": 25.0},
+        {**row, "mode": "no_prefetch", "requests_per_s": 60.0, "p99_ms": 40.0},
+        {**row, "mode": "resident"},
+    ]
+    by_name = {f["name"]: f for f in density._figures(rows)}
+    assert by_name["density throughput / all-resident (prefetch on)"]["met"] is True
+    assert by_name["density p99 / all-resident (prefetch off)"]["met"] is False
+    assert by_name["density throughput, prefetch on / off"]["value"] == pytest.approx(80 / 60)
+    point = {
+        "batch": 32,
+        "ratio": 0.9,
+        "raw": {"rows_per_s": 1e4},
+        "served": {"rows_per_s": 9e3, "p99_ms": 30.0},
+    }
+    headline = served._figures([point])[0]
+    assert (headline["target"], headline["met"]) == (">= 0.85 (04)", True)

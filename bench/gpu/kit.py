@@ -179,10 +179,12 @@ def _write(out: Path, kit: dict[str, Any]) -> None:
         os.replace(tmp, out / name)
 
 
-def _collect_worker_logs(work: Path, target: Path, lines: int = 300) -> None:
-    """The last ``lines`` lines of every worker's log of this run, in one file."""
+def _collect_worker_logs(work: Path, target: Path, since: float, lines: int = 300) -> None:
+    """The last ``lines`` lines of every worker's log written since ``since``, in one file."""
     parts = []
     for log in sorted(work.glob("*/worker.log")):
+        if log.stat().st_mtime < since:
+            continue  # a previous run's, in a work directory kept while the machine is warm
         text = log.read_text(errors="replace").splitlines()[-lines:]
         parts += [f"==== {log.parent.name}/worker.log (last {len(text)} lines)", *text, ""]
     target.write_text("\n".join(parts) + "\n")
@@ -239,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             _write(args.out, kit)
     kit["wall_s"] = round(time.time() - started, 1)
     _write(args.out, kit)
-    _collect_worker_logs(args.work, args.out / "worker-logs.txt")
+    _collect_worker_logs(args.work, args.out / "worker-logs.txt", started)
     print("\n".join(markdown(kit)), flush=True)
     return 0 if all(step["status"] == "ok" for step in kit["steps"]) else 1
 

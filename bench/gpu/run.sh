@@ -48,7 +48,7 @@ if [[ "$mode" == gpu ]]; then
         echo "run.sh: no .whl/*.whl: run bench/gpu/prepare.sh first and carry .whl" >&2
     fi
 else
-    budget="${budget:-300}"
+    budget="${budget:-250}"
     if [[ -z "$work" ]]; then
         work="$(mktemp -d "${TMPDIR:-/tmp}/rs-gpu-kit-work.XXXXXX")"
         cleanup+=("$work")

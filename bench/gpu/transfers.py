@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 
 from bench._common import figure
@@ -76,7 +77,7 @@ def _device(step: Step) -> dict[str, Any]:
         "memory_kinds": list(backend.memory_kinds),
         "page_locked_host": backend.page_locked_host,
         "async_transfers": backend.async_transfers,
-        "memory_stats": None if stats is None else stats.__dict__ | {"free": stats.bytes_free},
+        "memory_stats": None if stats is None else attrs.asdict(stats) | {"free": stats.bytes_free},
         **jax_versions(),
     }
 
@@ -174,19 +175,20 @@ def _bandwidth_figures(result: dict[str, Any], platform: str) -> list[dict[str, 
     load = result[load_key]
     floor = "page-locked" if load_key == "load_page_locked" else "pageable (no page-locked memory)"
     ratio = load["gbps"] / best
+    gpu = platform != "cpu"  # on the CPU a device_put aliases: no target applies
     figures += [
         figure(
             f"on-demand load ({floor} floor) / best raw device_put bandwidth",
             ratio,
             "x",
-            target=f">= {TARGET_BANDWIDTH}",
+            target=f">= {TARGET_BANDWIDTH}" if gpu else None,
             met=ratio >= TARGET_BANDWIDTH,
         ),
         figure(
             f"on-demand load ({floor} floor) time / best raw device_put time (same bytes)",
             1 / ratio,
             "x",
-            target=f"<= {TARGET_TIME}",
+            target=f"<= {TARGET_TIME}" if gpu else None,
             met=1 / ratio <= TARGET_TIME,
         ),
     ]
