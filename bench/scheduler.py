@@ -79,6 +79,8 @@ class TimedBackend:
         self.platform = inner.platform
         self.device_kind = inner.device_kind
         self.version_material = inner.version_material
+        self.async_transfers = inner.async_transfers
+        self.page_locked_host = inner.page_locked_host
         self.ns = 0
         self.execute_ns = 0
         self.calls = 0
@@ -117,21 +119,42 @@ class TimedBackend:
         """Forwarded."""
         return self.inner.signature(module)
 
-    def to_device(self, host: Array) -> Any:
+    def page_lock(self, host: Array) -> Any:
+        """Forwarded."""
+        return self.inner.page_lock(host)
+
+    def to_device(self, host: Any, *, wait: bool = True) -> Any:
         """Forwarded, timed."""
         self._hook()
         start = time.perf_counter_ns()
         try:
-            return self.inner.to_device(host)
+            return self.inner.to_device(host, wait=wait)
         finally:
             self.ns += time.perf_counter_ns() - start
             self.calls += 1
 
-    def execute(self, exe: Any, args: Sequence[Any]) -> list[Any]:
+    def to_device_many(self, hosts: Sequence[Any], *, wait: bool = True) -> list[Any]:
         """Forwarded, timed."""
         start = time.perf_counter_ns()
         try:
-            return self.inner.execute(exe, args)
+            return self.inner.to_device_many(hosts, wait=wait)
+        finally:
+            self.ns += time.perf_counter_ns() - start
+            self.calls += 1
+
+    def wait(self, buffers: Sequence[Any]) -> None:
+        """Forwarded, timed."""
+        start = time.perf_counter_ns()
+        try:
+            self.inner.wait(buffers)
+        finally:
+            self.ns += time.perf_counter_ns() - start
+
+    def execute(self, exe: Any, args: Sequence[Any], *, wait: bool = True) -> list[Any]:
+        """Forwarded, timed."""
+        start = time.perf_counter_ns()
+        try:
+            return self.inner.execute(exe, args, wait=wait)
         finally:
             elapsed = time.perf_counter_ns() - start
             self.ns += elapsed

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from reactantserver.core._config_resolve import shared_mem_fraction
 from reactantserver.core.config import (
     ListenConfig,
     NodeConfig,
@@ -223,6 +224,27 @@ def test_explicit_entry_ports_and_disabled_metrics() -> None:
         for c in node_worker_configs(parsed, ENV).values()
     ]
     assert ports == [(6000, 0), (7001, 0), (7002, 6100)]
+
+
+def test_workers_sharing_a_gpu_split_the_default_mem_fraction() -> None:
+    parsed = node(
+        workers=[
+            {"name": "a", "gpu": 0},
+            {"name": "b", "gpu": 0},
+            {"name": "c", "gpu": 0, "runtime": {"mem_fraction": 0.2}},
+            {"name": "d", "gpu": 1},
+            {"name": "e"},
+        ]
+    )
+    fractions = {n: c.runtime.mem_fraction for n, c in node_worker_configs(parsed, ENV).items()}
+    assert fractions == {"a": 0.3, "b": 0.3, "c": 0.2, "d": 0.9, "e": 0.9}
+    assert [shared_mem_fraction(k) for k in (1, 2, 3, 4, 7)] == [0.9, 0.45, 0.3, 0.225, 0.128]
+    # The global block, like the worker's own, is a choice: it is kept (the node checks sums).
+    parsed = node(
+        **{"global": {"runtime": {"mem_fraction": 0.4}}},
+        workers=[{"name": "a", "gpu": 0}, {"name": "b", "gpu": 0}],
+    )
+    assert {c.runtime.mem_fraction for c in node_worker_configs(parsed, ENV).values()} == {0.4}
 
 
 def test_resolution_order_and_deep_merge() -> None:

@@ -80,6 +80,7 @@ SPEC_DEFAULTS: list[tuple[str, object]] = [
     ("runtime.warmup", True),
     ("runtime.shared_host_weights", False),
     ("runtime.shared_host_weights_mode", "660"),
+    ("runtime.page_locked_weights", True),
     ("scheduler.discipline", SchedulingDiscipline.FAIR),
     ("scheduler.ema_halflife_seconds", 30.0),
     ("scheduler.recency_penalty_cap", 0.25),
@@ -93,6 +94,7 @@ SPEC_DEFAULTS: list[tuple[str, object]] = [
     ("scheduler.pad_up_when_cheaper", True),
     # Unset: the adaptive wait (issue 32: coalescing without tuning); a number fixes the delay.
     ("scheduler.max_queue_delay_microseconds", None),
+    ("scheduler.prefetch_weights", True),
     ("scheduler.models", {}),
     ("meta.concurrency", 2),
     ("meta.scratch_bytes", GIB),

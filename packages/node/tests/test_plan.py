@@ -215,6 +215,76 @@ def test_explicit_workers_that_do_not_fit_the_devices(
     assert str(caught.value).startswith(message)
 
 
+def _fractions(plan: NodePlan) -> dict[str, tuple[float, bool]]:
+    out = {}
+    for child in _workers(plan):
+        runtime = resolve_worker_config(plan.node, child.name, child.env).runtime
+        out[child.name] = (runtime.mem_fraction, runtime.preallocate)
+    return out
+
+
+def test_workers_naming_one_gpu_share_it_with_split_arenas(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    workers = [{"name": "a", "gpu": 0}, {"name": "b", "gpu": 0}, {"name": "c", "gpu": 1}]
+    node = _node(tmp_path, env, workers=workers, **{"global": CUDA})
+    plan = _plan(node, env, tmp_path, nvml=nvml_reporting(2))
+    assert _visible(plan) == ["0", "0", "1"]
+    assert _fractions(plan) == {"a": (0.45, True), "b": (0.45, True), "c": (0.9, True)}
+    assert "device 0 is shared by 2 workers, runtime.mem_fraction a 0.45, b 0.45" in plan.notes
+    three = [{"name": n, "gpu": 0} for n in "xyz"]
+    plan = _plan(
+        _node(tmp_path, env, workers=three, **{"global": CUDA}),
+        env,
+        tmp_path,
+        nvml=nvml_reporting(1),
+    )
+    assert {f for f, _ in _fractions(plan).values()} == {0.3}
+
+
+def test_shared_device_keeps_explicit_fractions_and_refuses_too_much(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    runtime = {"backend": "cuda", "preallocate": False}
+    workers = [
+        {"name": "big", "gpu": 0, "runtime": {"mem_fraction": 0.6}},
+        {"name": "small", "gpu": 0, "runtime": {"mem_fraction": 0.3}},
+    ]
+    node = _node(tmp_path, env, workers=workers, **{"global": {"runtime": runtime}})
+    plan = _plan(node, env, tmp_path, nvml=nvml_reporting(1))
+    assert _fractions(plan) == {"big": (0.6, False), "small": (0.3, False)}
+    (note,) = [n for n in plan.notes if "is shared" in n]
+    assert note.endswith("some do not preallocate their arena")
+    too_much = {"runtime": {"backend": "cuda", "mem_fraction": 0.9}}
+    node = _node(
+        tmp_path,
+        env,
+        workers=[{"name": "a", "gpu": 0}, {"name": "b", "gpu": 0}],
+        **{"global": too_much},
+    )
+    with pytest.raises(ConfigError) as caught:
+        _plan(node, env, tmp_path, nvml=nvml_reporting(1))
+    assert str(caught.value).startswith(
+        "workers sharing device '0' claim runtime.mem_fraction a 0.9, b 0.9, 1.8 of the device"
+    )
+    env["INFERENCE_SERVER_RUNTIME_MEM_FRACTION"] = "0.7"  # one value for every worker
+    node = _node(
+        tmp_path,
+        env,
+        workers=[{"name": "a", "gpu": 0}, {"name": "b", "gpu": 0}],
+        **{"global": CUDA},
+    )
+    with pytest.raises(ConfigError, match=r"1\.4 of the device in all"):
+        _plan(node, env, tmp_path, nvml=nvml_reporting(1))
+
+
+def test_cpu_workers_naming_one_gpu_share_nothing(tmp_path: Path, env: dict[str, str]) -> None:
+    workers = [{"name": "a", "gpu": 0}, {"name": "b", "gpu": 0}]
+    plan = _plan(_node(tmp_path, env, workers=workers, gpus=1), env, tmp_path)
+    assert _visible(plan) == ["", ""]
+    assert not [n for n in plan.notes if "is shared" in n]
+
+
 def test_explicit_workers_on_cpu_get_no_selector(tmp_path: Path, env: dict[str, str]) -> None:
     workers = [{"name": "a", "gpu": 5}, {"name": "b"}]
     plan = _plan(_node(tmp_path, env, workers=workers, gpus=1), env, tmp_path)

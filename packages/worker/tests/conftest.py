@@ -7,6 +7,7 @@ builds bundles directly with ``jax.export`` rather than through ``reactantserver
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -56,17 +57,43 @@ class BundleMaker(Protocol):
 
 _NUMPY = {"f32": np.float32, "i32": np.int32, "i64": np.int64, "f64": np.float64}
 
+#: Names the platform the ``gpu``-marked tests run on (``cuda``; ``cpu`` for the kit's dry run).
+PLATFORM_VARIABLE = "REACTANT_TEST_PLATFORM"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip ``gpu``-marked tests unless ``REACTANT_TEST_PLATFORM`` says where to run them."""
+    if os.environ.get(PLATFORM_VARIABLE, "").strip():
+        return
+    skip = pytest.mark.skip(
+        reason=f"needs a GPU: bench/gpu/run.sh runs these ({PLATFORM_VARIABLE}=cuda)"
+    )
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def gpu_platform() -> str:
+    """The platform of the ``gpu``-marked tests: ``cuda`` on the GPU machine."""
+    platform = os.environ.get(PLATFORM_VARIABLE, "").strip()
+    if platform not in ("cuda", "cpu"):
+        pytest.fail(f"{PLATFORM_VARIABLE} must be cuda or cpu, got {platform!r}")
+    return platform
+
 
 def export_module(
     fn: Callable[..., Any],
     inputs: Sequence[Tensor],
     weights: Sequence[tuple[str, np.ndarray[Any, Any]]],
     batch: int,
+    *,
+    platform: str = "cpu",
 ) -> bytes:
     """StableHLO portable artifact of ``fn(*inputs, *weights)`` at one batch size."""
     args = [jax.ShapeDtypeStruct(t.shape(batch), _NUMPY[t.dtype]) for t in inputs]
     args += [jax.ShapeDtypeStruct(w.shape, w.dtype) for _, w in weights]
-    exported = jax.export.export(jax.jit(fn, keep_unused=True), platforms=("cpu",))(*args)
+    exported = jax.export.export(jax.jit(fn, keep_unused=True), platforms=(platform,))(*args)
     return bytes(exported.mlir_module_serialized)
 
 

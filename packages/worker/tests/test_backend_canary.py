@@ -15,7 +15,7 @@ import pytest
 
 from reactantserver.core.dtypes import DType
 from reactantserver.core.errors import BundleError
-from reactantserver.worker._backend import JaxBackend, jax_versions
+from reactantserver.worker._backend import PINNED_HOST, JaxBackend, jax_versions, page_locking
 from reactantserver.worker.runtime.backend import CompileSpec, TensorType, is_bytecode
 
 
@@ -129,3 +129,65 @@ def test_bad_platform_and_ordinal() -> None:
         JaxBackend("tpu-9000")
     with pytest.raises(ValueError, match="device_ordinal"):
         JaxBackend("cpu", device_ordinal=99)
+
+
+@pytest.mark.parametrize(
+    ("platform", "kinds", "wanted", "expected"),
+    [
+        ("cuda", ("device", "pinned_host", "unpinned_host"), None, True),
+        ("cuda", ("device", "pinned_host"), True, True),
+        ("cuda", ("device", "pinned_host"), False, False),
+        ("cuda", ("device",), None, False),  # a plugin without the memory space: fallback
+        ("cuda", ("device",), True, False),
+        ("cuda", (), None, False),
+        ("cpu", ("device", "pinned_host", "unpinned_host"), None, False),  # aliasing is cheaper
+        ("cpu", ("device", "pinned_host"), True, True),
+        ("cpu", ("device",), True, False),
+    ],
+)
+def test_page_locking_decision(
+    platform: str, kinds: tuple[str, ...], wanted: bool | None, expected: bool
+) -> None:
+    assert page_locking(platform, kinds, wanted) is expected
+
+
+def test_cpu_defaults_pageable_and_synchronous(backend: JaxBackend) -> None:
+    # The memory-space listing page-locking relies on: if jax renames it, this fails first.
+    assert "device" in backend.memory_kinds
+    assert backend.page_locked_host is False
+    assert backend.async_transfers is False
+    with pytest.raises(RuntimeError, match="no page-locked host memory"):
+        backend.page_lock(np.zeros(3, np.float32))
+
+
+def test_page_locked_copy_round_trip(exported: Any) -> None:
+    """The page-locked path, forced on the CPU client (it lists a ``pinned_host`` space)."""
+    backend = JaxBackend("cpu", page_locked=True)
+    if PINNED_HOST not in backend.memory_kinds:
+        pytest.skip(f"this jax CPU client has no {PINNED_HOST} memory space")
+    assert backend.page_locked_host
+    exe = backend.compile(exported.mlir_module_serialized, CompileSpec())
+    x, w, b = _inputs()
+    locked = [backend.page_lock(w), backend.page_lock(b)]
+    assert [h.sharding.memory_kind for h in locked] == [PINNED_HOST, PINNED_HOST]
+    weights = [backend.to_device(h, wait=False) for h in locked]
+    backend.wait(weights)
+    batched = backend.to_device_many([x, *locked])  # NumPy and page-locked, one call
+    np.testing.assert_array_equal(backend.to_host(batched[2]), b)
+    for buf in batched:
+        backend.free(buf)
+    assert {buf.sharding.memory_kind for buf in weights} == {"device"}
+    outputs = backend.execute(exe, [backend.to_device(x), *weights], wait=False)
+    backend.wait(outputs)
+    np.testing.assert_allclose(backend.to_host(outputs[0]), _expected(), rtol=1e-5, atol=1e-6)
+    for buf in [*locked, *weights, *outputs]:
+        backend.free(buf)
+        assert buf.is_deleted()
+
+
+def test_batched_copy_entry_point_exists() -> None:
+    """The C++ call that copies a model's page-locked arrays at once (else a slow fallback)."""
+    from reactantserver.worker import _backend
+
+    assert _backend._BATCHED_COPY is not None
+    assert _backend._ALWAYS_COPY is not None

@@ -6,7 +6,8 @@ ports, ``device_ordinal``, ``shared_host_weights`` where unset) ← ``models`` m
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -18,7 +19,7 @@ from reactantserver.core._config_node import (
     node_problems,
     worker_ports,
 )
-from reactantserver.core._config_schema import Residency, WorkerConfig
+from reactantserver.core._config_schema import Residency, RuntimeConfig, WorkerConfig
 from reactantserver.core._config_structure import Origin, config_error, raise_problems
 from reactantserver.core._config_worker import (
     Layer,
@@ -31,9 +32,11 @@ from reactantserver.core._config_worker import (
 from reactantserver.core.errors import ConfigError
 
 __all__ = [
+    "device_sharers",
     "node_config_to_dict",
     "node_worker_configs",
     "resolve_worker_config",
+    "shared_mem_fraction",
     "synthesize_workers",
     "worker_entries",
 ]
@@ -115,6 +118,15 @@ def _resolve(
         (("runtime", "device_ordinal"), 0, "node-derived"),
     ]
     runtime = raw.get("runtime")
+    sharers = device_sharers(entries, index)
+    if sharers > 1 and not (isinstance(runtime, dict) and "mem_fraction" in runtime):
+        derived.append(
+            (
+                ("runtime", "mem_fraction"),
+                shared_mem_fraction(sharers),
+                f"node-derived: the default split between the {sharers} workers of gpu {entry.gpu}",
+            )
+        )
     if node.shared_host_weights is not None and not (
         isinstance(runtime, dict) and "shared_host_weights" in runtime
     ):
@@ -132,6 +144,28 @@ def _resolve(
     return finish_worker_config(
         raw, origins, env, worker_name=entry.name, source=node.source, quiet=quiet
     )
+
+
+def device_sharers(entries: Sequence[WorkerEntry], index: int) -> int:
+    """How many workers name the device of ``entries[index]`` with ``gpu:`` (1: not shared).
+
+    Workers share a device only by naming it, each of them, with ``gpu:`` (09 beyond).
+    """
+    gpu = entries[index].gpu
+    if gpu is None:
+        return 1
+    return sum(1 for entry in entries if entry.gpu == gpu)
+
+
+def shared_mem_fraction(sharers: int) -> float:
+    """The default ``runtime.mem_fraction`` of each of ``sharers`` workers on one device.
+
+    The single worker's default split evenly (rounded down to 0.001), so the arenas together
+    leave the device the same headroom for CUDA contexts and executables as one worker does.
+    """
+    default = attrs.fields(RuntimeConfig).mem_fraction.default
+    assert isinstance(default, float)
+    return math.floor(default / sharers * 1000) / 1000
 
 
 def _port_note(explicit: int | None, base: str, index: int) -> str:

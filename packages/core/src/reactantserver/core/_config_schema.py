@@ -131,6 +131,9 @@ class RuntimeConfig:
     shared_host_weights_mode: str = setting(
         "660", check=check_octal_mode, structure=_structure_octal_mode
     )
+    page_locked_weights: bool = setting(True)
+    """Keep private host floors in page-locked memory where the backend has it (GPU), so an
+    on-demand load is one DMA (beyond, 03); shared floors stay pageable."""
 
     @property
     def shared_host_weights_mode_bits(self) -> int:
@@ -170,6 +173,10 @@ class SchedulerConfig:
     """How long a coalescable model's oldest request may wait for more rows while the device
     is idle (beyond, 04); 0 never waits. Unset: an adaptive wait, only while requests keep
     arriving and at most 2 ms (the worker's scheduler decides from arrival gaps and costs)."""
+    prefetch_weights: bool = setting(True)
+    """Load the next queued model's weights while another model executes, where the backend
+    copies asynchronously (GPU) and the budget has room without evicting queued models
+    (beyond, 03)."""
     # Read-only by type; excluded from the hash because a dict is not hashable.
     models: Mapping[str, ModelSchedulingConfig] = attrs.field(
         factory=dict, converter=_models, hash=False

@@ -95,17 +95,21 @@ def _cpu_layout(
     )
 
 
+_SHARE_HINT = "; workers share a device only when each of them names it with gpu:"
+
+
 def _bind_listed(
     node: NodeConfig, workers: tuple[WorkerEntry, ...], selectors: tuple[str, ...]
 ) -> tuple[tuple[WorkerEntry, ...], list[str]]:
     where = _where(node)
-    if len(workers) > len(selectors):
+    positional = [i for i, entry in enumerate(workers) if entry.gpu is None]
+    if positional and positional[-1] >= len(selectors):
         raise ConfigError(
             f"workers: {len(workers)} workers but only {len(selectors)} device(s) "
-            f"({', '.join(selectors)}){where}"
+            f"({', '.join(selectors)}){_SHARE_HINT}{where}"
         )
     bound: list[WorkerEntry] = []
-    owner: dict[int, int] = {}
+    owners: dict[int, list[int]] = {}
     for index, entry in enumerate(workers):
         device = index if entry.gpu is None else entry.gpu
         if device >= len(selectors):
@@ -113,14 +117,16 @@ def _bind_listed(
                 f"workers[{index}].gpu: {device} is out of range; {len(selectors)} device(s) "
                 f"were found ({', '.join(selectors)}){where}"
             )
-        if device in owner:
+        others = owners.setdefault(device, [])
+        clash = next((o for o in others if entry.gpu is None or workers[o].gpu is None), None)
+        if clash is not None:
             raise ConfigError(
                 f"workers[{index}]: device {selectors[device]!r} (gpu {device}) is also bound "
-                f"to workers[{owner[device]}] ({workers[owner[device]].name}){where}"
+                f"to workers[{clash}] ({workers[clash].name}){_SHARE_HINT}{where}"
             )
-        owner[device] = index
+        others.append(index)
         bound.append(attrs.evolve(entry, gpu=device))
-    unused = [selector for i, selector in enumerate(selectors) if i not in owner]
+    unused = [selector for i, selector in enumerate(selectors) if i not in owners]
     notes = []
     if unused:
         notes.append(f"device(s) {', '.join(unused)} are not used by any worker")

@@ -51,6 +51,7 @@ from reactantserver.node._gateway_file import (
     write_yaml_atomically,
 )
 from reactantserver.node._layout import BACKEND_VARIABLE, WorkerLayout, lay_out_workers
+from reactantserver.node._sharing import check_device_shares
 from reactantserver.node._spec import LOOPBACK, ChildKind, ChildSpec, probe_host
 
 __all__ = [
@@ -164,6 +165,13 @@ def _plan_workers(
         planned.append(_Worker(entry.name, selector, child, config))
     _check_resolved_ports(planned, node)
     return planned
+
+
+def _share_notes(workers: list[_Worker], node: NodeConfig, forced_cpu: bool) -> list[str]:
+    if forced_cpu:
+        return []
+    where = f" (in {node.source})" if node.source is not None else ""
+    return check_device_shares([(w.name, w.selector, w.config) for w in workers], where=where)
 
 
 def _check_resolved_ports(workers: list[_Worker], node: NodeConfig) -> None:
@@ -284,6 +292,7 @@ def plan_node(
         notes += layout.notes
         threads = _threads(env, cores, len(layout.workers))
         workers = _plan_workers(layout, env, threads, role=role)
+        notes += _share_notes(workers, node, forced_cpu)
     runs_workers = role is not Role.GATEWAY
     node_file = directory / NODE_FILE_NAME if runs_workers else None
     children = [_worker_child(w, node, node_file) for w in workers if node_file is not None]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import importlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from importlib.metadata import version as _dist_version
 from typing import Any
 
@@ -36,19 +36,27 @@ from reactantserver.worker.runtime.backend import (
     CompileSpec,
     DeviceBuffer,
     Executable,
+    HostBuffer,
     MemoryStats,
     Signature,
     TensorType,
     is_bytecode,
 )
 
-__all__ = ["PLATFORM_ALIASES", "JaxBackend", "jax_versions"]
+__all__ = ["PINNED_HOST", "PLATFORM_ALIASES", "JaxBackend", "jax_versions", "page_locking"]
 
 # jaxlib's extension module (no type stubs): ``collect_garbage`` runs its deferred decrefs.
 _JAXLIB: Any = importlib.import_module("jaxlib._jax")
 
 #: Configuration names of a platform -> the name jax registers the PJRT client under.
 PLATFORM_ALIASES = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda"}
+#: The memory kind (PJRT memory space) of page-locked host memory a device can DMA from.
+PINNED_HOST = "pinned_host"
+
+# One C++ call copying many arrays between memory spaces (what ``jax.device_put`` of a list
+# ends in, without ~50 us of Python per array); ``None`` if jaxlib moved it (the canary says).
+_BATCHED_COPY: Any = getattr(_xc, "batched_copy_array_to_devices_with_sharding", None)
+_ALWAYS_COPY: Any = getattr(getattr(_xc, "ArrayCopySemantics", None), "ALWAYS_COPY", None)
 
 # MLIR contexts are not safe to share across threads; each thread keeps its own.
 _contexts = threading.local()
@@ -89,10 +97,35 @@ def _abstract(shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
     return _jax_core.shaped_abstractify(np.empty(shape, dtype))
 
 
-class JaxBackend:
-    """One device of a jax PJRT client (``platform`` ``cpu`` or ``cuda``)."""
+def page_locking(platform: str, memory_kinds: Collection[str], wanted: bool | None) -> bool:
+    """Whether host floors go to page-locked memory (``wanted``: ``None`` decides by platform).
 
-    def __init__(self, platform: str = "cpu", device_ordinal: int = 0) -> None:
+    Only where the device has a ``pinned_host`` memory space (the fallback elsewhere: pageable
+    NumPy floors). By default not on the CPU backend, whose "device" is host memory: a NumPy
+    array goes to it without a copy, and a page-locked floor would only add one.
+    """
+    if wanted is False or PINNED_HOST not in memory_kinds:
+        return False
+    return wanted is True or platform != "cpu"
+
+
+def _memory_kinds(device: Any) -> tuple[str, ...]:
+    try:
+        return tuple(str(memory.kind) for memory in device.addressable_memories())
+    except (AttributeError, RuntimeError):  # a PJRT plugin without memory spaces
+        return ()
+
+
+class JaxBackend:
+    """One device of a jax PJRT client (``platform`` ``cpu`` or ``cuda``).
+
+    ``page_locked``: keep host floors in page-locked memory (``None``: where it pays, see
+    :func:`page_locking`; ``True`` forces it wherever the device has the memory space).
+    """
+
+    def __init__(
+        self, platform: str = "cpu", device_ordinal: int = 0, *, page_locked: bool | None = None
+    ) -> None:
         name = PLATFORM_ALIASES.get(platform)
         if name is None:
             raise ValueError(f"unknown backend platform {platform!r}")
@@ -111,6 +144,14 @@ class JaxBackend:
         self._device = devices[device_ordinal]
         self._devices = _xc.DeviceList((self._device,))
         self._sharding = jax.sharding.SingleDeviceSharding(self._device)
+        self.memory_kinds: tuple[str, ...] = _memory_kinds(self._device)
+        self.page_locked_host: bool = page_locking(name, self.memory_kinds, page_locked)
+        self._pinned: Any = None
+        if self.page_locked_host:
+            self._pinned = jax.sharding.SingleDeviceSharding(self._device, memory_kind=PINNED_HOST)
+        # PJRT copies to a GPU on its own stream and returns at once; the CPU client's copy
+        # (or alias) is done when it returns.
+        self.async_transfers: bool = name != "cpu"
         self.platform: str = name
         self.device_kind: str = str(self._device.device_kind)
         self.version_material: str = "|".join(
@@ -169,34 +210,97 @@ class JaxBackend:
 
     # -- buffers and execution -----------------------------------------------------------
 
-    def to_device(self, host: np.ndarray[Any, Any]) -> DeviceBuffer:
-        """Copy ``host`` to the device and wait for the copy to finish.
+    def page_lock(self, host: np.ndarray[Any, Any]) -> HostBuffer:
+        """A copy of ``host`` in the device's ``pinned_host`` memory space (page-locked).
 
-        The call ``jax.device_put`` ends in for one numpy array on one device, without its
-        ~20 us of Python dispatch per call (pytrees, sharding and copy-semantics checks).
+        A transfer from it is one DMA; from pageable memory the driver first copies through a
+        staging buffer of its own. Only where :attr:`page_locked_host`.
         """
-        buf = _xc.batched_device_put(
-            _abstract(host.shape, host.dtype), self._sharding, [host], [self._device]
-        )
+        if self._pinned is None:
+            raise RuntimeError(f"no page-locked host memory on this {self.platform} backend")
+        buf = jax.device_put(host, self._pinned)
         buf.block_until_ready()
         return buf
 
-    def execute(self, exe: Executable, args: Sequence[DeviceBuffer]) -> list[DeviceBuffer]:
+    def to_device(
+        self, host: np.ndarray[Any, Any] | HostBuffer, *, wait: bool = True
+    ) -> DeviceBuffer:
+        """Copy ``host`` (a NumPy array or a :meth:`page_lock` copy) to the device.
+
+        For NumPy, the call ``jax.device_put`` ends in for one array on one device, without
+        its ~20 us of Python dispatch per call (pytrees, sharding and copy-semantics checks).
+        ``wait=False`` returns once the copy is queued (PJRT keeps ``host`` alive until then).
+        """
+        if isinstance(host, np.ndarray):
+            buf = _xc.batched_device_put(
+                _abstract(host.shape, host.dtype), self._sharding, [host], [self._device]
+            )
+        else:  # a page-locked host array: a copy between memory spaces of one device
+            buf = jax.device_put(host, self._sharding)
+        if wait:
+            buf.block_until_ready()
+        return buf
+
+    def to_device_many(
+        self, hosts: Sequence[np.ndarray[Any, Any] | HostBuffer], *, wait: bool = True
+    ) -> list[DeviceBuffer]:
+        """Copy a model's host arrays to the device: NumPy ones each as :meth:`to_device`
+        does, page-locked ones in one batched copy; wait for all at the end (``wait``)."""
+        out: list[DeviceBuffer | None] = [None] * len(hosts)
+        locked = [i for i, h in enumerate(hosts) if not isinstance(h, np.ndarray)]
+        try:
+            for i, host in enumerate(hosts):
+                if isinstance(host, np.ndarray):
+                    out[i] = self.to_device(host, wait=False)
+            if locked:
+                for i, buf in zip(
+                    locked, self._copy_locked([hosts[i] for i in locked]), strict=True
+                ):
+                    out[i] = buf
+            buffers = [buf for buf in out if buf is not None]
+            if wait:
+                self.wait(buffers)
+        except BaseException:
+            for buf in out:
+                if buf is not None:
+                    self.free(buf)
+            raise
+        return buffers
+
+    def _copy_locked(self, hosts: Sequence[HostBuffer]) -> list[DeviceBuffer]:
+        if _BATCHED_COPY is None:
+            return list(jax.device_put(list(hosts), self._sharding))
+        n = len(hosts)
+        copied: list[DeviceBuffer] = _BATCHED_COPY(
+            list(hosts), [self._devices] * n, [self._sharding] * n, [_ALWAYS_COPY] * n
+        )
+        return copied
+
+    def wait(self, buffers: Sequence[DeviceBuffer]) -> None:
+        """Block until every buffer's copy (``to_device(..., wait=False)``) is done."""
+        for buf in buffers:
+            buf.block_until_ready()
+
+    def execute(
+        self, exe: Executable, args: Sequence[DeviceBuffer], *, wait: bool = True
+    ) -> list[DeviceBuffer]:
         """Run ``exe`` and wait for its results; PJRT releases the GIL while the device works.
 
         Waiting here keeps the scheduler's split of execution vs output-transfer time honest.
+        ``wait=False`` returns once the run is queued (GPU; the CPU runs it in the call).
         """
         results: list[DeviceBuffer] = exe.execute(list(args))
-        for result in results:
-            result.block_until_ready()
+        if wait:
+            for result in results:
+                result.block_until_ready()
         return results
 
     def to_host(self, buf: DeviceBuffer) -> np.ndarray[Any, Any]:
         """A host copy of a device buffer (blocks until the value is ready)."""
         return np.array(buf, copy=True)
 
-    def free(self, buf: DeviceBuffer) -> None:
-        """Delete a device buffer now (idempotent).
+    def free(self, buf: DeviceBuffer | HostBuffer) -> None:
+        """Delete a device buffer or a page-locked host copy now (idempotent).
 
         jaxlib defers dropping Python references released off the GIL (such as the host
         array a zero-copy transfer aliased) until its next call; collect them now, or an idle

@@ -62,10 +62,16 @@ class MockOutOfMemoryError(RuntimeError):
 
 @attrs.define(eq=False)
 class MockBuffer:
-    """A "device" buffer: a private host copy plus its arena accounting."""
+    """A "device" buffer: a private host copy plus its arena accounting.
+
+    ``host``: a :meth:`MockBackend.page_lock` copy (host memory, outside the arena);
+    ``pending``: made by ``to_device(..., wait=False)`` and not yet waited for.
+    """
 
     array: NDArray | None
     nbytes: int
+    host: bool = False
+    pending: bool = False
 
     def is_deleted(self) -> bool:
         """Whether :meth:`MockBackend.free` released it (same name as on a jax array)."""
@@ -114,8 +120,12 @@ class MockBackend:
     """A :class:`~reactantserver.worker.runtime.backend.Backend` in NumPy, with counters.
 
     ``bytes_limit=None`` behaves like the CPU client (``memory_stats()`` is ``None``, no limit).
-    Counters: ``transfers``/``transfer_bytes`` (``to_device``), ``frees`` (buffers actually
-    released), ``executions``, ``compiles``, ``freed_executables``.
+    ``async_transfers`` and ``page_locked_host`` make it claim what a GPU backend can do (the
+    copies stay synchronous NumPy copies). Counters: ``transfers``/``transfer_bytes``
+    (``to_device``), ``async_transfers_started`` (``wait=False``), ``waits``, ``frees``
+    (device buffers actually released), ``page_locks``/``page_unlocks``, ``executions``,
+    ``compiles``, ``freed_executables``; ``pinned_transfers`` counts copies from page-locked
+    buffers and ``events`` lists ``("transfer"|"execute", detail)`` in order.
     """
 
     def __init__(
@@ -125,8 +135,12 @@ class MockBackend:
         platform: str = "cpu",
         device_kind: str = MOCK_DEVICE_KIND,
         clock: FakeClock | None = None,
+        async_transfers: bool = False,
+        page_locked_host: bool = False,
     ) -> None:
         self.platform = platform
+        self.async_transfers = async_transfers
+        self.page_locked_host = page_locked_host
         self.clock = clock
         self.device_kind = device_kind
         self.version_material = f"mock|{platform}"
@@ -135,6 +149,13 @@ class MockBackend:
         self.peak_bytes_in_use = 0
         self.transfers = 0
         self.transfer_bytes = 0
+        self.async_transfers_started = 0
+        self.batches = 0
+        self.pinned_transfers = 0
+        self.waits = 0
+        self.page_locks = 0
+        self.page_unlocks = 0
+        self.events: list[tuple[str, str]] = []
         self.frees = 0
         self.executions = 0
         self.compiles = 0
@@ -209,16 +230,58 @@ class MockBackend:
             raise BundleError("mock module was registered without a signature")
         return reg.signature
 
-    def to_device(self, host: NDArray) -> MockBuffer:
-        """Copy ``host`` into the arena."""
+    def page_lock(self, host: NDArray) -> MockBuffer:
+        """A "page-locked" host copy (outside the arena); only with ``page_locked_host``."""
+        if not self.page_locked_host:
+            raise RuntimeError("this mock backend has no page-locked host memory")
+        self.page_locks += 1
+        return MockBuffer(np.array(host, copy=True), int(host.nbytes), host=True)
+
+    def to_device(self, host: NDArray | MockBuffer, *, wait: bool = True) -> MockBuffer:
+        """Copy ``host`` (an array or a :meth:`page_lock` copy) into the arena."""
+        if isinstance(host, MockBuffer):
+            if not host.host or host.array is None:
+                raise RuntimeError("to_device of a device buffer or a released host copy")
+            self.pinned_transfers += 1
+            host = host.array
         array = np.array(host, copy=True)
         buf = self._allocate(array)
         self.transfers += 1
         self.transfer_bytes += buf.nbytes
+        if not wait:
+            buf.pending = True
+            self.async_transfers_started += 1
+        self.events.append(("transfer", f"{buf.nbytes}{'' if wait else ' async'}"))
         return buf
 
-    def execute(self, exe: MockExecutable, args: Sequence[MockBuffer]) -> list[MockBuffer]:
-        """Run the registered function on the buffers' arrays; results are new buffers."""
+    def to_device_many(
+        self, hosts: Sequence[NDArray | MockBuffer], *, wait: bool = True
+    ) -> list[MockBuffer]:
+        """:meth:`to_device` of each (freed again if one fails); ``batches`` counts calls."""
+        self.batches += 1
+        out: list[MockBuffer] = []
+        try:
+            for host in hosts:
+                out.append(self.to_device(host, wait=wait))
+        except BaseException:
+            for buf in out:
+                self.free(buf)
+            raise
+        return out
+
+    def wait(self, buffers: Sequence[MockBuffer]) -> None:
+        """Mark the buffers' copies done."""
+        self.waits += 1
+        for buf in buffers:
+            buf.pending = False
+
+    def execute(
+        self, exe: MockExecutable, args: Sequence[MockBuffer], *, wait: bool = True
+    ) -> list[MockBuffer]:
+        """Run the registered function on the buffers' arrays; results are new buffers.
+
+        The run happens in the call whatever ``wait`` says (results are never pending).
+        """
         if exe.freed:
             raise RuntimeError("execute on a freed mock executable")
         hosts: list[NDArray] = []
@@ -228,6 +291,7 @@ class MockBackend:
             hosts.append(arg.array)
         if self._failures:
             raise self._failures.pop(0)
+        self.events.append(("execute", exe.module.decode(errors="replace")))
         self._reserve(exe.scratch_bytes)
         try:
             produced = exe.fn(*hosts)
@@ -254,10 +318,13 @@ class MockBackend:
         return np.array(buf.array, copy=True)
 
     def free(self, buf: MockBuffer) -> None:
-        """Release the buffer's arena bytes now (idempotent)."""
+        """Release the buffer's arena bytes (or a page-locked copy) now (idempotent)."""
         if buf.array is None:
             return
         buf.array = None
+        if buf.host:
+            self.page_unlocks += 1
+            return
         self.bytes_in_use -= buf.nbytes
         self._live.remove(buf)
         self.frees += 1

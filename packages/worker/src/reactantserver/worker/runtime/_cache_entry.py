@@ -24,6 +24,8 @@ class CacheEntry:
     """Host-to-device loads of this model's weights (``ModelStatus.weight_loads``)."""
     evictions: int = 0
     """Evictions of this model's weights to make room (the status page's churn)."""
+    pending: bool = False
+    """``buffers`` come from a prefetch whose copy nobody has waited for yet."""
 
     @property
     def nbytes(self) -> int:
@@ -38,6 +40,8 @@ class WeightCacheStats:
     loads: int
     evictions: int
     compactions: int
+    prefetches: int
+    prefetch_hits: int
     load_seconds: float
     load_bytes: int
     loads_since_compaction: int

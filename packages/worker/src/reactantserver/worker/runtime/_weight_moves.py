@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from reactantserver.worker.runtime._cache_entry import CacheEntry
+from reactantserver.worker.runtime._prefetch import Resident, plan_prefetch
 from reactantserver.worker.runtime.backend import Backend, DeviceBuffer
 
 __all__ = ["WeightMoves"]
@@ -54,6 +55,10 @@ class WeightMoves:
         """On-demand loads since the last compaction (drives ``scheduler.compaction_interval``)."""
         self.largest_load_bytes = 0
         """The largest on-demand model loaded so far (the probe's bound on resident weights)."""
+        self.prefetches = 0
+        """Loads started ahead of their dispatch, while another model executed."""
+        self.prefetch_hits = 0
+        """Acquires that found their weights there thanks to a prefetch."""
 
     @property
     def resident_bytes(self) -> int:
@@ -97,17 +102,46 @@ class WeightMoves:
                 self._budget,
             )
 
-    def _load(self, entry: CacheEntry) -> list[DeviceBuffer]:
+    def _prefetch(self, entry: CacheEntry, keep: str | None) -> bool:
+        """Start loading ``entry`` without waiting, if idle victims alone make room."""
+        resident = [Resident(n, self._entries[n].nbytes, self.busy(n)) for n in self._lru]
+        keep_names = () if keep is None else (keep,)
+        plan = plan_prefetch(
+            need=entry.nbytes, budget=self._budget, resident=resident, keep=keep_names
+        )
+        if plan is None:
+            return False
+        for victim in plan.victims:
+            self._evict(self._entries[victim])
+        self._load(entry, wait=False)
+        entry.pending = True
+        self.prefetches += 1
+        return True
+
+    def _settle(self, entry: CacheEntry) -> None:
+        """Wait for a prefetched copy to finish (the wait counts as load time).
+
+        A copy that failed is freed with a warning, so the caller loads again (and meets the
+        error there, if it was not a passing one).
+        """
+        if not entry.pending or entry.buffers is None:
+            return
         start = time.perf_counter()
-        hosts = entry.source.load()
-        buffers: list[DeviceBuffer] = []
         try:
-            for host in hosts:
-                buffers.append(self._backend.to_device(host))
-        except BaseException:
-            for buf in buffers:
-                self._backend.free(buf)
-            raise
+            self._backend.wait(entry.buffers)
+        except Exception as exc:
+            _log.warning("prefetch of the weights of %r failed: %s", entry.name, exc)
+            self._free(entry)
+            return
+        finally:
+            entry.pending = False
+            self.load_seconds += time.perf_counter() - start
+        self.prefetch_hits += 1
+
+    def _load(self, entry: CacheEntry, *, wait: bool = True) -> list[DeviceBuffer]:
+        start = time.perf_counter()
+        # One batched call, every copy queued before any wait (a weight set is many arrays).
+        buffers = self._backend.to_device_many(entry.source.load(), wait=wait)
         entry.buffers = buffers
         entry.loads += 1
         self.loads += 1
@@ -127,7 +161,9 @@ class WeightMoves:
 
     def _free(self, entry: CacheEntry) -> None:
         # Eagerly: waiting for the garbage collector would leave the arena fragmented and full.
+        # (PJRT frees a buffer whose prefetch copy is still running once the copy is done.)
         buffers, entry.buffers = entry.buffers, None
+        entry.pending = False
         self._lru.pop(entry.name, None)
         for buf in buffers or ():
             self._backend.free(buf)

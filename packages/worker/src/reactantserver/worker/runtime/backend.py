@@ -24,6 +24,7 @@ __all__ = [
     "CompileSpec",
     "DeviceBuffer",
     "Executable",
+    "HostBuffer",
     "MemoryStats",
     "Signature",
     "TensorType",
@@ -33,6 +34,8 @@ __all__ = [
 #: Opaque handles owned by a backend.
 Executable: TypeAlias = Any
 DeviceBuffer: TypeAlias = Any
+#: A host array in page-locked memory, made by :meth:`Backend.page_lock` (opaque).
+HostBuffer: TypeAlias = Any
 
 
 def is_bytecode(module: bytes) -> bool:
@@ -102,11 +105,20 @@ class MemoryStats:
 
 
 class Backend(Protocol):
-    """A single accelerator: compile, move buffers, execute. Thread-safe per PJRT."""
+    """A single accelerator: compile, move buffers, execute. Thread-safe per PJRT.
+
+    ``async_transfers``: whether ``to_device(..., wait=False)`` returns before the copy is done,
+    so a transfer can overlap an execution (GPU; on the CPU a copy is done when it returns).
+    ``page_locked_host``: whether :meth:`page_lock` makes page-locked host copies, the source
+    of host-to-device DMA at full bandwidth (GPU with a ``pinned_host`` memory space); where
+    it is ``False`` nobody calls :meth:`page_lock` and host floors stay pageable NumPy arrays.
+    """
 
     platform: str
     device_kind: str
     version_material: str
+    async_transfers: bool
+    page_locked_host: bool
 
     def compile(self, module: bytes, opts: CompileSpec) -> Executable:
         """Compile StableHLO (text or bytecode) for this backend's one device."""
@@ -124,20 +136,51 @@ class Backend(Protocol):
         """The entry (``main``) argument and result types of a StableHLO module."""
         ...
 
-    def to_device(self, host: np.ndarray[Any, Any]) -> DeviceBuffer:
-        """Copy a host array to the device, blocking until the copy is done."""
+    def page_lock(self, host: np.ndarray[Any, Any]) -> HostBuffer:
+        """A copy of ``host`` in page-locked host memory (only where ``page_locked_host``);
+        :meth:`free` releases it."""
         ...
 
-    def execute(self, exe: Executable, args: Sequence[DeviceBuffer]) -> list[DeviceBuffer]:
-        """Run ``exe`` on device buffers and wait until its results are ready (on the device)."""
+    def to_device(
+        self, host: np.ndarray[Any, Any] | HostBuffer, *, wait: bool = True
+    ) -> DeviceBuffer:
+        """Copy a host array (or a :meth:`page_lock` copy) to the device.
+
+        Blocks until the copy is done unless ``wait`` is false; then :meth:`wait` (or an
+        execution reading the buffer) orders the copy before any use.
+        """
+        ...
+
+    def to_device_many(
+        self, hosts: Sequence[np.ndarray[Any, Any] | HostBuffer], *, wait: bool = True
+    ) -> list[DeviceBuffer]:
+        """Copy several host arrays (a model's weights) to the device, queued together.
+
+        Like :meth:`to_device` on each, with one call's overhead where the backend can batch
+        (a weight set is many small arrays); on failure nothing stays allocated.
+        """
+        ...
+
+    def wait(self, buffers: Sequence[DeviceBuffer]) -> None:
+        """Block until ``buffers`` (from ``to_device(..., wait=False)``) are on the device."""
+        ...
+
+    def execute(
+        self, exe: Executable, args: Sequence[DeviceBuffer], *, wait: bool = True
+    ) -> list[DeviceBuffer]:
+        """Run ``exe`` on device buffers and wait until its results are ready (on the device).
+
+        ``wait=False`` returns once the run is queued (where the backend runs asynchronously),
+        so the caller can queue other device work beside it; :meth:`wait` then waits.
+        """
         ...
 
     def to_host(self, buf: DeviceBuffer) -> np.ndarray[Any, Any]:
         """Copy a device buffer to a host array (blocks until the value is ready)."""
         ...
 
-    def free(self, buf: DeviceBuffer) -> None:
-        """Release a device buffer now, not when it is garbage-collected."""
+    def free(self, buf: DeviceBuffer | HostBuffer) -> None:
+        """Release a device buffer (or a page-locked host copy) now, not at garbage collection."""
         ...
 
     def free_executable(self, exe: Executable) -> None:

@@ -166,6 +166,8 @@ class WeightCache(WeightMoves):
             loads=self.loads,
             evictions=self.evictions,
             compactions=self.compactions,
+            prefetches=self.prefetches,
+            prefetch_hits=self.prefetch_hits,
             load_seconds=self.load_seconds,
             load_bytes=self.load_bytes,
             loads_since_compaction=self.loads_since_compaction,
@@ -335,6 +337,7 @@ class WeightCache(WeightMoves):
         with a rate-limited warning (it could not run otherwise).
         """
         entry = self._entry(name)
+        self._settle(entry)
         if entry.buffers is not None:
             if name in self._lru:
                 self._lru.move_to_end(name)
@@ -345,6 +348,26 @@ class WeightCache(WeightMoves):
             self._make_room(entry)
         buffers = self._load(entry)
         return list(buffers)
+
+    @property
+    def can_prefetch(self) -> bool:
+        """Whether :meth:`prefetch` can ever start a load: the on-demand cache is on, residency
+        is self-managed (not explicit) and the backend copies while it executes."""
+        return self._enabled and not self._explicit and self._backend.async_transfers
+
+    def prefetch(self, name: str, *, keep: str | None = None) -> bool:
+        """Start loading ``name``'s weights (expected next, while ``keep`` runs) without waiting.
+
+        Returns whether a load started: only idle models are evicted for it (never ``keep`` or
+        a busy one), and not when that cannot make room, ``name`` is resident, device-pinned or
+        unknown, or :attr:`can_prefetch` is false. :meth:`acquire` waits for the copy.
+        """
+        entry = self._entries.get(name)
+        if not self.can_prefetch or entry is None or entry.buffers is not None:
+            return False
+        if not entry.residency.evictable or name == keep:
+            return False
+        return self._prefetch(entry, keep)
 
     def compact(self, reload: Iterable[str] = ()) -> int:
         """Free every on-demand device weight at once, then reload ``reload``; returns the count.

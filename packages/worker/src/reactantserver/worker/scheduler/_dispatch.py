@@ -54,7 +54,9 @@ class Dispatcher:
         stats.dispatch_cpu_ns += now - self._cpu_mark_ns
         self._cpu_mark_ns = now
 
-    def dispatch(self, taken: list[Pending], batch: int) -> None:
+    def dispatch(self, taken: list[Pending], batch: int, *, prefetch: str | None = None) -> None:
+        """Admit, execute and record one dequeued batch (``prefetch``: weights to load while
+        it executes)."""
         model = taken[0].model
         now = self._clock()
         margin_ns = 0
@@ -83,12 +85,14 @@ class Dispatcher:
             return
         if late and model.coalescable:
             batch = fit_batch(model.sizes[admitted[0].variant], sum(r.rows for r in admitted))
-        self._run_isolated(admitted, batch)
+        self._run_isolated(admitted, batch, prefetch)
 
-    def _run_isolated(self, requests: list[Pending], batch: int) -> None:
+    def _run_isolated(self, requests: list[Pending], batch: int, prefetch: str | None) -> None:
         """Execute; if a merged dispatch fails, re-run each request alone once."""
         try:
-            done = execute(self._backend, self._cache, requests, batch, self._clock)
+            done = execute(
+                self._backend, self._cache, requests, batch, self._clock, prefetch=prefetch
+            )
         except Exception as exc:
             if len(requests) == 1:
                 self.settle(requests, exc)

@@ -6,6 +6,7 @@ freed before returning, whatever happens.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,6 +21,8 @@ from reactantserver.worker.scheduler.queue import Pending
 __all__ = ["Execution", "execute"]
 
 Array = np.ndarray[Any, Any]
+
+_log = logging.getLogger(__name__)
 
 
 @attrs.frozen
@@ -38,17 +41,29 @@ class Execution:
         return (self.input_ns + self.infer_ns + self.output_ns) * 1e-9
 
 
+def _start_prefetch(cache: WeightCache, name: str, running: str | None) -> bool:
+    try:
+        return cache.prefetch(name, keep=running)
+    except Exception as exc:  # optional work: the batch runs whatever happens here
+        _log.warning("prefetch of the weights of %r failed: %s", name, exc)
+        return False
+
+
 def execute(
     backend: Backend,
     cache: WeightCache | None,
     requests: Sequence[Pending],
     batch: int,
     clock: Callable[[], int],
+    *,
+    prefetch: str | None = None,
 ) -> Execution:
     """Run ``requests`` (one generation, one variant) as one batch of compiled size ``batch``.
 
     Weights are acquired first (loading them is not part of the measured time); a device
-    out-of-memory is retried once with the other on-demand weights evicted.
+    out-of-memory is retried once with the other on-demand weights evicted. ``prefetch``
+    names weights to start loading once the execution is queued, so the copy overlaps it
+    (the execution time then includes queuing that copy).
     """
     model = requests[0].model
     program = model.programs[(requests[0].variant, batch)]
@@ -65,8 +80,12 @@ def execute(
             args = [backend.to_device(h) for h in hosts]
             buffers.extend(args)
             ready = clock()
-            outputs = backend.execute(program, [*args, *weights])
+            overlap = cache if prefetch is not None and prefetch != model.weights else None
+            outputs = backend.execute(program, [*args, *weights], wait=overlap is None)
             buffers.extend(outputs)
+            if overlap is not None and prefetch is not None:
+                _start_prefetch(overlap, prefetch, model.weights)
+                backend.wait(outputs)
             ran = clock()
             host_out = [backend.to_host(o) for o in outputs]
             results = split(host_out, rows, model.output_axes)

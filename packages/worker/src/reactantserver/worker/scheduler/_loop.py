@@ -137,7 +137,7 @@ class DispatchLoop:
             )
         if work.taken:
             try:
-                self._dispatcher.dispatch(work.taken, work.batch)
+                self._dispatcher.dispatch(work.taken, work.batch, prefetch=work.prefetch)
             except BaseException as exc:  # a bug must not strand the callers
                 _log.exception("dispatch of %r failed", work.taken[0].model.name)
                 self._dispatcher.settle(work.taken, exc)

@@ -45,6 +45,9 @@ class Work:
     expired: list[Pending] = attrs.Factory(list)
     taken: list[Pending] = attrs.Factory(list)
     batch: int = 0
+    prefetch: str | None = None
+    """The weights to load while ``taken`` executes: the model expected next (see
+    :meth:`SchedulerState.next_weights_locked`)."""
 
 
 @attrs.define
@@ -71,6 +74,9 @@ class SchedulerState:
     holding: bool = False
     """The dispatch thread is sleeping out a queue delay; admission wakes it only for a
     queue that became ready (see :meth:`ready_at_locked`)."""
+    prefetch: bool = False
+    """Name the next model's weights with each batch (``scheduler.prefetch_weights`` and a
+    weight cache that can prefetch)."""
 
     def __attrs_post_init__(self) -> None:
         self.load = RecentLoad(self.config.ema_halflife_seconds)
@@ -102,7 +108,28 @@ class SchedulerState:
             request.state = State.TAKEN
         self.stats[name].record_waits([now - r.enqueue_ns for r in taken])
         work.taken, work.batch = taken, batch
+        if self.prefetch and taken:
+            work.prefetch = self.next_weights_locked(name)
         return work
+
+    def next_weights_locked(self, running: str) -> str | None:
+        """The weights key of the model expected to run after ``running``, if it has weights.
+
+        The first queued committed sub-call's model, else the queue whose head has waited
+        longest (``edf``: the earliest deadline). For ``fair`` this is a guess (scoring every
+        queue again per dispatch would cost more than a wrong guess: one idle model's load).
+        """
+        for request in self.committed:
+            if request.state is State.QUEUED and request.model.name != running:
+                return request.model.weights
+        queues = {n: q for n, q in self.queues.items() if q and n != running}
+        if not queues:
+            return None
+        if self.config.discipline is SchedulingDiscipline.EDF:
+            name = select_edf(queues)
+        else:
+            name = select_fifo(queues)
+        return queues[name][0].model.weights
 
     def select_locked(self, now: int) -> tuple[str, Pending | None]:
         while self.committed:

@@ -81,6 +81,7 @@ class Scheduler:
         self._loop = DispatchLoop(self._s, Dispatcher(self._s, backend, cache, clock), clock)
         if cache is not None:
             cache.busy = self.busy
+            self._s.prefetch = self.config.prefetch_weights and cache.can_prefetch
 
     @property
     def costs(self) -> CostTable:

@@ -67,6 +67,7 @@ _HELP = {
     "worker_weight_load_seconds_total": "Seconds spent loading weights.",
     "worker_weight_load_bytes_total": "Bytes of weights loaded.",
     "worker_weight_compactions_total": "Weight cache compactions.",
+    "worker_weight_prefetches_total": "Weight loads started while another model executed.",
     "worker_device_memory_in_use_bytes": "Device allocator bytes in use.",
     "worker_device_memory_limit_bytes": "Device allocator limit.",
     "worker_device_memory_free_bytes": "Device allocator limit minus in use.",
@@ -298,3 +299,4 @@ def _weights(out: _Families, runtime: Runtime, entries: Mapping[str, ModelEntry]
     out.counter("worker_weight_load_seconds_total", cache.load_seconds)
     out.counter("worker_weight_load_bytes_total", cache.load_bytes)
     out.counter("worker_weight_compactions_total", cache.compactions)
+    out.counter("worker_weight_prefetches_total", cache.prefetches)

@@ -18,7 +18,6 @@ from pathlib import Path
 import attrs
 
 from reactantserver.core.buffer_pool import BufferPool
-from reactantserver.core.config import Backend as BackendName
 from reactantserver.core.config import ModelControlMode, WorkerConfig
 from reactantserver.core.errors import BundleError
 from reactantserver.core.manifest import Manifest, load_manifest
@@ -27,14 +26,15 @@ from reactantserver.worker.dataplane import DataPlane
 from reactantserver.worker.hooks import BundleHooks, hook_pool, hook_pool_size, load_hooks
 from reactantserver.worker.meta import MetaGate, MetaModel, MetaRunner
 from reactantserver.worker.registry import ModelEntry
-from reactantserver.worker.runtime.backend import Backend, CompileSpec
-from reactantserver.worker.runtime.budget import BudgetPolicy, arena_bytes
+from reactantserver.worker.runtime._page_locked import floor_source
+from reactantserver.worker.runtime.backend import CompileSpec
 from reactantserver.worker.runtime.executable_cache import ExecutableCache
 from reactantserver.worker.runtime.loader import LoadedModel, load_bundle
 from reactantserver.worker.runtime.probe import ModelRuns, model_runs, start_up
 from reactantserver.worker.runtime.residency import Residency, resolve_residency
 from reactantserver.worker.runtime.weight_cache import WeightCache
 from reactantserver.worker.scheduler import ScheduledModel, Scheduler
+from reactantserver.worker.server.device import BackendStartError, budget_policy, create_backend
 from reactantserver.worker.server.digest import BundleDigester
 from reactantserver.worker.server.reconcile import Seen
 from reactantserver.worker.server.scan import observe, scan_model_dirs
@@ -58,33 +58,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger("reactantserver.worker.boot")
-
-
-class BackendStartError(RuntimeError):
-    """The configured device cannot be used and CPU fallback is off (the worker exits 1)."""
-
-
-def create_backend(config: WorkerConfig) -> tuple[Backend, str, str]:
-    """The backend, its platform and device kind (step 3; CUDA falls back to CPU if allowed)."""
-    # The only jax import of the server: the backend module (the XLA env is set by now).
-    from reactantserver.worker._backend import JaxBackend
-
-    runtime = config.runtime
-    wanted = "cuda" if runtime.backend is BackendName.CUDA else "cpu"
-    try:
-        backend = JaxBackend(wanted, runtime.device_ordinal)
-    except Exception as exc:
-        if wanted == "cpu" or not runtime.allow_cpu_fallback:
-            raise BackendStartError(f"cannot start the {wanted} backend: {exc}") from exc
-        _log.warning("cuda backend unavailable (%s); falling back to cpu", exc)
-        backend = JaxBackend("cpu", 0)
-    _log.info(
-        "backend ready platform=%s device_kind=%s arena=%d",
-        backend.platform,
-        backend.device_kind,
-        arena_bytes(backend.memory_stats()),
-    )
-    return backend, backend.platform, backend.device_kind
 
 
 def _weight_store(config: WorkerConfig) -> WeightStore:
@@ -146,17 +119,6 @@ def meta_runner(
         scratch = BufferPool(max(meta.scratch_bytes, meta.scratch_slots), meta.scratch_slots)
     return MetaRunner(
         state.registry, scheduler, pool, gate=MetaGate(meta.concurrency), scratch=scratch
-    )
-
-
-def budget_policy(config: WorkerConfig, backend: Backend) -> BudgetPolicy:
-    """The on-demand budget's inputs: the device arena and the configured shares."""
-    runtime = config.runtime
-    return BudgetPolicy(
-        arena=arena_bytes(backend.memory_stats()),
-        fraction=runtime.weight_cache_fraction,
-        wiggle=runtime.weight_cache_wiggle_fraction,
-        max_bytes=runtime.weight_cache_max_bytes,
     )
 
 
@@ -267,7 +229,14 @@ def admit_model(
                 floor = settings.residency
                 parsed = None if floor is None else Residency.parse(floor.value)
                 residency = resolve_residency(parsed, cache_enabled=runtime.weights.enabled)
-            runtime.weights.add_model(key, loaded.weight_source(runtime.store), residency)
+            source = floor_source(
+                loaded.weight_source(runtime.store),
+                runtime.backend,
+                page_locked=state.config.runtime.page_locked_weights,
+                shared=state.config.runtime.shared_host_weights,
+                name=key,
+            )
+            runtime.weights.add_model(key, source, residency)
         scheduled = ScheduledModel.from_loaded(
             loaded,
             generation=compiled.generation,
