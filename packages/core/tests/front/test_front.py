@@ -368,3 +368,25 @@ def test_stop_lets_a_call_in_flight_finish_within_the_grace() -> None:
             return await call
 
     assert asyncio.run(main()) == b"done"
+
+
+def test_a_flood_beyond_the_call_limit_is_shed_natively() -> None:
+    async def slow(request: bytes, context: RpcContext) -> bytes:
+        await asyncio.sleep(0.3)
+        return b"ok"
+
+    async def body(channel: grpc.aio.Channel, port: int) -> list[Any]:
+        calls = [_status(_call(channel, "Slow", b"")) for _ in range(4)]
+        return list(await asyncio.gather(*calls))
+
+    statuses = _run({"Slow": _unary(slow)}, body, max_concurrent_calls=2)
+    codes = sorted(code.name for code, _ in statuses)
+    assert codes == ["OK", "OK", "UNAVAILABLE", "UNAVAILABLE"], statuses
+
+
+def test_the_backstop_sits_well_above_the_in_flight_cap() -> None:
+    from reactantserver.core.front import flood_backstop
+
+    assert flood_backstop(0) == 0  # no cap, no backstop
+    assert flood_backstop(4) == 256
+    assert flood_backstop(64) == 512

@@ -67,3 +67,15 @@ def test_negative_limit() -> None:
 def test_release_without_acquire() -> None:
     with pytest.raises(RuntimeError, match="release without a matching acquire"):
         InflightLimiter(3).release()
+
+
+def test_check_refuses_early_at_the_cap_without_taking_a_slot() -> None:
+    limiter = InflightLimiter(1)
+    limiter.check()  # below the cap: nothing happens
+    assert (limiter.in_flight, limiter.shed) == (0, 0)
+    with limiter.slot():
+        with pytest.raises(OverloadedError, match="limit 1"):
+            limiter.check()
+        assert (limiter.in_flight, limiter.shed) == (1, 1)
+    limiter.check()
+    InflightLimiter(0).check()  # unlimited

@@ -20,7 +20,7 @@ from reactantserver.core.front._app import GrpcApp
 from reactantserver.core.front._context import AbortError, RpcContext
 from reactantserver.core.front._methods import Method, MethodTable
 from reactantserver.core.front._responses import ASGIApp
-from reactantserver.core.front._server import FrontTls, GrpcFront, bind_listener
+from reactantserver.core.front._server import FrontTls, GrpcFront, bind_listener, flood_backstop
 from reactantserver.core.front._wire import parse_timeout, percent_encode
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "MethodTable",
     "RpcContext",
     "bind_listener",
+    "flood_backstop",
     "parse_timeout",
     "percent_encode",
 ]

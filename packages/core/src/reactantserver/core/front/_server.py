@@ -35,12 +35,23 @@ from reactantserver.core.front._app import GrpcApp
 from reactantserver.core.front._methods import MethodTable
 from reactantserver.core.front._responses import ASGIApp
 
-__all__ = ["FrontTls", "GrpcFront", "bind_listener"]
+__all__ = ["FrontTls", "GrpcFront", "bind_listener", "flood_backstop"]
 
 _log = logging.getLogger("reactantserver.front")
 
 #: Per-connection HTTP/2 stream limit when the configuration sets none (gRPC's default: 100).
 DEFAULT_MAX_STREAMS = 1024
+
+
+def flood_backstop(max_concurrent_requests: int) -> int:
+    """The native server's call limit for an in-flight cap (0: none).
+
+    Well above the cap, so that requests over the cap reach the application and are refused
+    with ``RESOURCE_EXHAUSTED``; only a flood far beyond it is shed natively.
+    """
+    if max_concurrent_requests <= 0:
+        return 0
+    return max(256, 8 * max_concurrent_requests)
 
 
 @attrs.frozen
@@ -79,7 +90,11 @@ def bind_listener(address: str, *, reuse_port: bool = False, backlog: int = 1024
 
 
 class GrpcFront:
-    """A gRPC server on the native HTTP/2 front, with the registration API of grpc servers."""
+    """A gRPC server on the native HTTP/2 front, with the registration API of grpc servers.
+
+    ``max_concurrent_calls`` (0: none) bounds the calls running in Python at once; the native
+    server sheds the rest with HTTP 503 (``UNAVAILABLE``) before any Python runs.
+    """
 
     def __init__(
         self,
@@ -87,6 +102,7 @@ class GrpcFront:
         max_recv_msg_bytes: int,
         max_send_msg_bytes: int,
         max_concurrent_streams: int = DEFAULT_MAX_STREAMS,
+        max_concurrent_calls: int = 0,
         idle_timeout_seconds: float = 0.0,
         runtime_threads: int = 1,
         log_format: str = "text",
@@ -101,6 +117,7 @@ class GrpcFront:
         )
         self._max_recv = max_recv_msg_bytes
         self._max_streams = max(1, max_concurrent_streams)
+        self._max_calls = max_concurrent_calls
         self._idle_timeout = idle_timeout_seconds
         self._threads = runtime_threads
         self._log_format = log_format
@@ -159,6 +176,9 @@ class GrpcFront:
             "log_format": self._log_format,
             "runtime_threads": self._threads,
             "max_concurrent_streams": self._max_streams,
+            # The backstop of a flood: beyond this many calls in Python at once the native
+            # server answers HTTP 503 (gRPC UNAVAILABLE) without running any Python.
+            "limit_concurrency": self._max_calls,
             # A message over the limit is refused by the application with gRPC's status as
             # soon as its prefix arrives; the HTTP layer only bounds what a body may be.
             "max_request_body_size": self._max_recv + 64 * 1024,

@@ -41,6 +41,17 @@ class InflightLimiter:
             self.in_flight += 1
             return True
 
+    def check(self) -> None:
+        """Refuse early: :class:`OverloadedError` (one more shed) when the cap is reached now.
+
+        Takes no slot: the handler calls it before decoding, so a full worker spends nothing
+        on a request it will refuse; :meth:`slot` still decides.
+        """
+        if self.limit and self.in_flight >= self.limit:
+            with self._lock:
+                self.shed += 1
+            raise _overloaded(self.limit)
+
     def release(self) -> None:
         """Give a slot back."""
         with self._lock:
@@ -67,9 +78,11 @@ class _Slot:
     def __enter__(self) -> None:
         limiter = self._limiter
         if not limiter.try_acquire():
-            raise OverloadedError(
-                f"too many concurrent inference requests (limit {limiter.limit}); retry later"
-            )
+            raise _overloaded(limiter.limit)
 
     def __exit__(self, *exc: object) -> None:
         self._limiter.release()
+
+
+def _overloaded(limit: int) -> OverloadedError:
+    return OverloadedError(f"too many concurrent inference requests (limit {limit}); retry later")

@@ -25,7 +25,7 @@ from typing import Any
 from aiohttp import web
 
 from reactantserver.core.config import WorkerConfig
-from reactantserver.core.front import GrpcFront
+from reactantserver.core.front import GrpcFront, flood_backstop
 from reactantserver.core.protocol import INFERENCE_SERVICE, control_pb2, inference_service_handler
 from reactantserver.core.serving import (
     HEALTH_SERVICE,
@@ -75,6 +75,7 @@ class WorkerServer:
         server = GrpcFront(
             max_recv_msg_bytes=config.grpc.max_recv_msg_bytes,
             max_send_msg_bytes=config.grpc.max_send_msg_bytes,
+            max_concurrent_calls=flood_backstop(config.endpoints.max_concurrent_requests),
             log_format=config.logging.format.value,
         )
         service = InferenceService(self.state)

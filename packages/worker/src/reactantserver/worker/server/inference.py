@@ -332,6 +332,7 @@ class InferenceService:
         request: InferRequest | None = None
         try:
             runtime = self._serving_runtime(message.model_name)
+            runtime.dataplane.limiter.check()  # a full worker refuses before decoding
             clock = time.thread_time_ns()
             request = codec.decode_request(
                 message,
