@@ -116,6 +116,11 @@ class GrpcApp:
         send: Send,
         encoding: bytes | None,
     ) -> None:
+        gate = self.methods.gates.get(path)
+        if gate is not None and (refusal := gate()) is not None:
+            # Refused before its request is read or parsed: a flood costs little.
+            await finish(send, False, grpc.StatusCode.RESOURCE_EXHAUSTED, refusal, ())
+            return
         method = self.methods.find(path)
         if method is None:
             await _drain(receive)

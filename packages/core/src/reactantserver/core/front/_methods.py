@@ -66,6 +66,13 @@ class MethodTable:
     def __init__(self) -> None:
         self._methods: dict[str, Method] = {}
         self._generic: list[grpc.GenericRpcHandler] = []
+        #: Admission gates by path: called before a call's request is read; a text refuses
+        #: the call with ``RESOURCE_EXHAUSTED`` (see :meth:`set_gate`).
+        self.gates: dict[str, Callable[[], str | None]] = {}
+
+    def set_gate(self, path: str, gate: Callable[[], str | None]) -> None:
+        """Let ``gate()`` refuse calls of ``path`` before they cost anything (a full server)."""
+        self.gates[path] = gate
 
     def add_generic_rpc_handlers(self, handlers: Iterable[grpc.GenericRpcHandler]) -> None:
         """Take generic handlers (asked in registration order)."""

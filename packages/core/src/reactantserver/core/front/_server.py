@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +137,11 @@ class GrpcFront:
     ) -> None:
         """Serve one service's ``handlers`` (method name -> handler)."""
         self.methods.add_registered_method_handlers(service, handlers)
+
+    def set_gate(self, path: str, gate: Callable[[], str | None]) -> None:
+        """Refuse calls of ``path`` with ``RESOURCE_EXHAUSTED`` while ``gate()`` gives a reason,
+        before their request is read (an in-flight cap)."""
+        self.methods.set_gate(path, gate)
 
     # -- listeners -----------------------------------------------------------------------
 

@@ -47,10 +47,18 @@ class InflightLimiter:
         Takes no slot: the handler calls it before decoding, so a full worker spends nothing
         on a request it will refuse; :meth:`slot` still decides.
         """
-        if self.limit and self.in_flight >= self.limit:
-            with self._lock:
-                self.shed += 1
-            raise _overloaded(self.limit)
+        refusal = self.refusal()
+        if refusal is not None:
+            raise OverloadedError(refusal)
+
+    def refusal(self) -> str | None:
+        """Why a request arriving now is refused (one more shed), or None: the transport's
+        gate, asked before the request is even read."""
+        if not self.limit or self.in_flight < self.limit:
+            return None
+        with self._lock:
+            self.shed += 1
+        return _refusal_text(self.limit)
 
     def release(self) -> None:
         """Give a slot back."""
@@ -78,11 +86,11 @@ class _Slot:
     def __enter__(self) -> None:
         limiter = self._limiter
         if not limiter.try_acquire():
-            raise _overloaded(limiter.limit)
+            raise OverloadedError(_refusal_text(limiter.limit))
 
     def __exit__(self, *exc: object) -> None:
         self._limiter.release()
 
 
-def _overloaded(limit: int) -> OverloadedError:
-    return OverloadedError(f"too many concurrent inference requests (limit {limit}); retry later")
+def _refusal_text(limit: int) -> str:
+    return f"too many concurrent inference requests (limit {limit}); retry later"

@@ -26,7 +26,12 @@ from aiohttp import web
 
 from reactantserver.core.config import WorkerConfig
 from reactantserver.core.front import GrpcFront, flood_backstop
-from reactantserver.core.protocol import INFERENCE_SERVICE, control_pb2, inference_service_handler
+from reactantserver.core.protocol import (
+    INFERENCE_SERVICE,
+    MODEL_INFER,
+    control_pb2,
+    inference_service_handler,
+)
 from reactantserver.core.serving import (
     HEALTH_SERVICE,
     HealthTracker,
@@ -80,6 +85,7 @@ class WorkerServer:
         )
         service = InferenceService(self.state)
         server.add_generic_rpc_handlers([inference_service_handler(service.handlers())])
+        server.set_gate(MODEL_INFER, self.state.limiter.refusal)
         self.health.add_to(server)
         services = [INFERENCE_SERVICE, HEALTH_SERVICE]
         if config.endpoints.control_service:
