@@ -56,6 +56,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("rest", 60, "REST vs gRPC req/s"),
     Benchmark("client", 75, "thin client vs tritonclient"),
     Benchmark("meta_pipeline", 60, "meta model vs client-chained pipeline"),
+    Benchmark("peers", 360, "PyTriton, KServe, MLServer vs ours: same MLPs, same load"),
 )
 
 
