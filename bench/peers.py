@@ -157,15 +157,12 @@ def _start_peers(
 
 
 def _wait(
-    args: argparse.Namespace, servers: dict[str, Server], ready: dict[str, Readiness], start: float
-) -> dict[str, float]:
-    """Wait for every server (seconds from ``start`` to each one ready: they start together
-    on one core); a peer that does not come up is stopped and marked unavailable."""
-    waited = {}
+    args: argparse.Namespace, servers: dict[str, Server], ready: dict[str, Readiness]
+) -> None:
+    """Wait for every server; a peer that does not come up is stopped and marked unavailable."""
     for name, server in list(servers.items()):
         try:
             server.wait_ready(args.models, args.startup_timeout)
-            waited[name] = time.perf_counter() - start
         except (RuntimeError, TimeoutError) as exc:
             if name == OURS:
                 raise
@@ -173,7 +170,6 @@ def _wait(
             del servers[name]
             tail = " | ".join(str(exc).splitlines()[-6:])
             ready[name] = Readiness(name, None, f"did not start: {tail}", ready[name].installed)
-    return waited
 
 
 def _idle_cpu(servers: Mapping[str, Server], seconds: float) -> dict[str, float | None]:
@@ -190,9 +186,7 @@ def _idle_cpu(servers: Mapping[str, Server], seconds: float) -> dict[str, float 
 
 
 def _servers_info(
-    ready: Mapping[str, Readiness],
-    ready_after: Mapping[str, float],
-    idle: Mapping[str, float | None],
+    ready: Mapping[str, Readiness], idle: Mapping[str, float | None]
 ) -> list[dict[str, Any]]:
     from bench._common import versions
 
@@ -207,7 +201,6 @@ def _servers_info(
                 "available": state.python is not None,
                 "reason": state.reason,
                 "installed": state.installed,
-                "ready_after_s": ready_after.get(name),
                 "idle_cpu_percent": idle.get(name),
             }
         )
@@ -220,7 +213,6 @@ def _servers_info(
             "available": True,
             "reason": None,
             "installed": {},
-            "ready_after_s": ready_after.get(OURS),
             "idle_cpu_percent": idle.get(OURS),
         }
     )
@@ -312,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, state in ready.items():
         if state.python is None:
             print(f"{name}: unavailable: {state.reason}", flush=True)
+    description = machine("jax", "jaxlib", "grpcio", "tritonclient")  # the start's load average
     split = None if args.no_pin else cpu_split()
     client_cpus, server_cpus = split or (None, None)
     extra_env = dict(item.split("=", 1) for item in args.worker_env)
@@ -331,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
             servers[OURS] = start_worker(tmp / OURS, tmp / "models", extra_env, server_cpus)
             if client_cpus is not None:
                 os.sched_setaffinity(0, client_cpus)  # before any client thread exists
-            ready_after = _wait(args, servers, ready, start)
+            _wait(args, servers, ready)
+            ready_after = time.perf_counter() - start
             idle = _idle_cpu(servers, args.idle)
             windows, raw = _measure(args, servers, server_cpus, tmp)
         finally:
@@ -340,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     caps = numbers.raw_caps(raw)
     cell_rows = numbers.cells(table, caps, ours=OURS)
     report: dict[str, Any] = {
-        "machine": machine("jax", "jaxlib", "grpcio", "tritonclient"),
+        "machine": description,
         "command": " ".join([".venv/bin/python -m bench.peers", *(argv or sys.argv[1:])]),
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "pinned": (
@@ -350,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "loadavg_1m_end": loadavg(),
         "order": list(servers),
-        "servers": _servers_info(ready, ready_after, idle),
+        "ready_after_s": ready_after,
+        "servers": _servers_info(ready, idle),
         "exit_status": exits,
         "windows": windows,
         "raw_rounds": raw,

@@ -239,7 +239,7 @@ def test_markdown_and_plot_render_the_fake_report(tmp_path: Path) -> None:
     report = _fake_report()
     text = "\n".join(markdown(report))
     assert text.startswith("# Peers benchmark")
-    assert "| mlserver | - | - | unavailable: no prepared venv | - s | -% | - |" in text
+    assert "| mlserver | - | - | unavailable: no prepared venv | -% | - |" in text
     assert "| kserve | 1,500 (1,400-1,600) | 200 |" in text
     assert "| raw cap (rows/s at batch min(c, 32)) | 200,000 | 262 |" in text
     assert plot_peers({"peers": report}, tmp_path / "peers.png")

@@ -24,8 +24,8 @@ def _figures(report: Row) -> list[str]:
 
 def _servers(report: Row) -> list[str]:
     lines = [
-        "| server | version | batching | status | ready after | idle CPU | venv: prepared, disk |",
-        "|---|---|---|---|---|---|---|",
+        "| server | version | batching | status | idle CPU | venv: prepared in, disk |",
+        "|---|---|---|---|---|---|",
     ]
     for s in report["servers"]:
         installed = s.get("installed") or {}
@@ -35,10 +35,9 @@ def _servers(report: Row) -> list[str]:
             else "-"
         )
         status = "ran" if s["available"] else f"unavailable: {s['reason']}"
-        ready, idle = fmt(s.get("ready_after_s"), ".0f"), fmt(s.get("idle_cpu_percent"), ".1f")
+        idle = fmt(s.get("idle_cpu_percent"), ".1f")
         lines.append(
-            f"| {s['server']} | {s['version']} | {s['batching']} | {status} | {ready} s | "
-            f"{idle}% | {venv} |"
+            f"| {s['server']} | {s['version']} | {s['batching']} | {status} | {idle}% | {venv} |"
         )
     return lines
 
@@ -113,6 +112,10 @@ def markdown(report: Row) -> list[str]:
         *_figures(report),
         "",
         "## Servers",
+        "",
+        f"Started together on the servers' CPU, all ready after "
+        f"{fmt(report.get('ready_after_s'), '.0f')} s. Idle CPU: each server's while none was "
+        "measured (in % of one core; it shares the measured server's core).",
         "",
         *_servers(report),
         "",

@@ -9,6 +9,7 @@ array of its exact size.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import sysconfig
 from pathlib import Path
@@ -64,11 +65,13 @@ def _prepend(variable: str, path: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """Serve until SIGINT/SIGTERM."""
+    """Serve until SIGINT or SIGTERM."""
     from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
     from pytriton.triton import Triton, TritonConfig
 
     spec = PeerSpec.read(argv[0])
+    # PyTriton's serve() stops Triton cleanly on SIGINT only; the harness stops with SIGTERM.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     _own_libpython_first()
     _stub_venv_first()
     config = TritonConfig(
