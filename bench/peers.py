@@ -53,7 +53,7 @@ Counts = Callable[[], tuple[int, int] | None]
 #: (window s, warm-up s, rounds, raw s per point, idle s) per size.
 SIZES = {
     "quick": (0.3, 0.2, 1, 0.1, 0.5),
-    "suite": (1.5, 0.5, 3, 0.3, 2.0),
+    "suite": (1.0, 0.5, 3, 0.3, 2.0),
     "full": (3.0, 0.5, 5, 1.0, 3.0),
 }
 
@@ -237,7 +237,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--startup-timeout", type=float, default=300.0)
     parser.add_argument("--no-pin", action="store_true", help="no CPU affinity")
     parser.add_argument("--quick", action="store_true", help="smoke run: 0.3 s windows")
-    parser.add_argument("--suite", action="store_true", help="`nox -s bench` size (~4 min)")
+    parser.add_argument("--suite", action="store_true", help="`nox -s bench` size (~3 min)")
     return parser
 
 

@@ -94,6 +94,21 @@ def test_unprepared_venvs_are_reported_with_how_to_prepare(tmp_path: Path) -> No
     assert check(peer, tmp_path).python == venv / "bin" / "python"
 
 
+def test_the_fingerprint_follows_requirements_not_comments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench._peers import venvs
+
+    monkeypatch.setattr(venvs, "REQUIREMENTS", tmp_path)
+    peer = PEERS["kserve"]
+    (tmp_path / "kserve.txt").write_text("# why\nkserve==1.0\n")
+    before = fingerprint(peer)
+    (tmp_path / "kserve.txt").write_text("# why, said better\n\nkserve==1.0  # the peer\n")
+    assert fingerprint(peer) == before
+    (tmp_path / "kserve.txt").write_text("kserve==1.1\n")
+    assert fingerprint(peer) != before
+
+
 def _window(
     server: str, model: str, c: int, rps: float, p99: float, **extra: Any
 ) -> dict[str, Any]:

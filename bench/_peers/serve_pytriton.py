@@ -50,8 +50,8 @@ def _stub_venv_first() -> None:
     """Let Triton's stub run in :data:`STUB_VENV` rather than this venv.
 
     PyTriton puts ``sys.exec_prefix``'s ``bin`` first on ``tritonserver``'s ``PATH``, where the
-    stub's embedded interpreter finds its prefix (it ignores ``PYTHONPATH``); PyTriton has no
-    setting for it, so its lookup is replaced here.
+    stub's embedded interpreter finds its prefix (a ``PYTHONPATH`` for the stub did not change
+    the numpy it loaded); PyTriton has no setting for it, so its lookup is replaced here.
     """
     venv = Path(sys.prefix) / STUB_VENV
     if venv.is_dir():

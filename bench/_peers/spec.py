@@ -16,8 +16,9 @@ __all__ = ["BATCH_DELAY_US", "STUB_VENV", "PeerSpec"]
 #: MLServer's ``max_batch_time``): 1 ms, as the issue asks.
 BATCH_DELAY_US = 1000
 #: A venv inside the PyTriton venv with numpy < 2 for Triton's Python backend stub, made by
-#: ``bench.peers --prepare``: the stub, built against numpy 1, hands Triton empty output
-#: tensors from numpy 2 arrays, and jax needs numpy 2 in the process that runs the model.
+#: ``bench.peers --prepare``: on the venv's numpy 2 the stub answered every request with empty
+#: output tensors (PyTriton 0.7.0 pins numpy < 2), and jax needs numpy 2 in the process that
+#: runs the model.
 STUB_VENV = "triton-stub-venv"
 
 

@@ -100,10 +100,13 @@ def _jax_version() -> str:
 
 
 def fingerprint(peer: Peer) -> str:
-    """What the venv is made from: its requirement files, our jax and Python versions."""
+    """What the venv is made from: its requirements (comments aside), our jax and Python."""
     digest = hashlib.sha256()
     for path in peer.requirement_files():
-        digest.update(path.read_bytes())
+        for line in path.read_text().splitlines():
+            requirement = line.split("#", 1)[0].strip()
+            if requirement:
+                digest.update(f"{requirement}\n".encode())
     digest.update(f"jax=={_jax_version()} python=={platform.python_version()}".encode())
     return digest.hexdigest()[:16]
 
