@@ -37,6 +37,7 @@ __all__ = [
     "CpuSampler",
     "Load",
     "Route",
+    "Signature",
     "Window",
     "closed_loop",
     "combine",
@@ -47,8 +48,10 @@ __all__ = [
 ]
 
 CLIENT_KINDS = ("threads", "asyncio", "uvloop")
-#: Model -> (input name, one-row shape, output name, output shape), as the examples export them.
-INPUTS: Mapping[str, tuple[str, tuple[int, ...], str, tuple[int, ...]]] = {
+#: (input name, one-row shape, output name, one-row output shape) of a model's requests.
+Signature = tuple[str, tuple[int, ...], str, tuple[int, ...]]
+#: Model -> its :data:`Signature`, as the examples export them.
+INPUTS: Mapping[str, Signature] = {
     "mlp": ("x", (1, 16), "logits", (1, 4)),
     "cnn": ("image", (1, 1, 28, 28), "logits", (1, 10)),
 }
@@ -168,10 +171,12 @@ class Window:
                 self.first_error = f"{type(exc).__name__}: {exc}"
 
 
-def _inputs(model: str, seed: int, rows: int = 1) -> tuple[list[Any], str, tuple[int, ...]]:
+def _inputs(
+    signature: Signature, seed: int, rows: int = 1
+) -> tuple[list[Any], str, tuple[int, ...]]:
     from tritonclient.grpc import InferInput
 
-    name, one, output, one_out = INPUTS[model]
+    name, one, output, one_out = signature
     shape, out_shape = (rows, *one[1:]), (rows, *one_out[1:])
     data = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
     tensor = InferInput(name, list(shape), "FP32")
@@ -228,12 +233,12 @@ def on_threads(concurrency: int, client: Callable[[int], None]) -> None:
 
 
 def _load_threads(
-    url: str, model: str, window: Window, concurrency: int, route: Route, *, rows: int
+    url: str, signature: Signature, window: Window, concurrency: int, route: Route, *, rows: int
 ) -> None:
     import tritonclient.grpc as grpcclient
 
     def client(i: int) -> None:
-        inputs, output, shape = _inputs(model, i, rows)
+        inputs, output, shape = _inputs(signature, i, rows)
         triton = grpcclient.InferenceServerClient(url, channel_args=_CHANNEL_ARGS)
         try:
             closed_loop(
@@ -249,12 +254,12 @@ def _load_threads(
 
 
 async def _load_async(
-    url: str, model: str, window: Window, concurrency: int, route: Route, *, rows: int
+    url: str, signature: Signature, window: Window, concurrency: int, route: Route, *, rows: int
 ) -> None:
     import tritonclient.grpc.aio as aioclient
 
     async def client(i: int) -> None:
-        inputs, output, shape = _inputs(model, i, rows)
+        inputs, output, shape = _inputs(signature, i, rows)
         triton = aioclient.InferenceServerClient(url, channel_args=_CHANNEL_ARGS)
         try:
             _check((await triton.infer(route(), inputs)).as_numpy(output), output, shape)
@@ -285,24 +290,27 @@ def run_load(
     server_cpu: CpuSampler,
     route: Route | None = None,
     rows: int = 1,
+    signature: Signature | None = None,
 ) -> Load:
     """Drive ``url`` with ``concurrency`` closed-loop ``kind`` clients sending to ``model``
     (or, with ``route``, to the model it names for each request; ``model`` gives the inputs),
-    each request ``rows`` rows (random, fixed per client)."""
+    each request ``rows`` rows (random, fixed per client). ``signature`` gives the inputs of a
+    model not in :data:`INPUTS`."""
     if kind not in CLIENT_KINDS:
         raise ValueError(f"unknown client kind {kind!r}; expected one of {CLIENT_KINDS}")
 
     name = route or (lambda: model)
+    sig = signature or INPUTS[model]
 
     def drive(window: Window) -> None:
         if kind == "threads":
-            _load_threads(url, model, window, concurrency, name, rows=rows)
+            _load_threads(url, sig, window, concurrency, name, rows=rows)
         elif kind == "asyncio":
-            asyncio.run(_load_async(url, model, window, concurrency, name, rows=rows))
+            asyncio.run(_load_async(url, sig, window, concurrency, name, rows=rows))
         else:
             import uvloop
 
-            uvloop.run(_load_async(url, model, window, concurrency, name, rows=rows))
+            uvloop.run(_load_async(url, sig, window, concurrency, name, rows=rows))
 
     return run_window(
         drive,

@@ -7,6 +7,7 @@ note says why. :func:`draw_all` returns the plots drawn and the notes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -220,6 +221,58 @@ def plot_cold_loads(reports: Reports, path: Path) -> str:
     return "Cold loads: weight load vs raw copy of the same bytes; compile cold vs cache hit"
 
 
+def _peers_panel(ax: Any, report: dict[str, Any], model: str) -> None:
+    """One model's cells: a bar per server, the raw cap as a line (as text when far above)."""
+    rows = {(r["server"], r["concurrency"]): r for r in report["table"] if r["model"] == model}
+    concurrencies = sorted({c for _, c in rows})
+    servers = [s["server"] for s in report["servers"] if s["available"]]
+    series = {
+        s: [
+            _num(rows[s, c]["requests_per_s"]["median"] if (s, c) in rows else None)
+            for c in concurrencies
+        ]
+        for s in servers
+    }
+    _bars(ax, [f"c={c}" for c in concurrencies], series, "req/s (median over rounds)")
+    ax.set_yscale("log")
+    top = 4 * max((v for vs in series.values() for v in vs if not math.isnan(v)), default=1.0)
+    caps = {
+        c["concurrency"]: c["raw_cap_rows_per_s"] for c in report["cells"] if c["model"] == model
+    }
+    for i, c in enumerate(concurrencies):
+        cap = caps.get(c)
+        if cap is None:
+            continue
+        if cap <= top:
+            ax.plot([i - 0.45, i + 0.45], [cap, cap], "k-", linewidth=2)
+        else:
+            ax.annotate(f"raw cap {cap:,.0f}", (i, top), ha="center", va="top", fontsize="small")
+    ax.set_ylim(top=top)
+    ax.set_title(f"{model}: req/s (black: raw cap, rows/s at batch min(c, 32))")
+    ax.grid(alpha=0.3, axis="y")
+    ax.get_legend().remove()  # one legend for both panels
+
+
+def plot_peers(reports: Reports, path: Path) -> str:
+    """Req/s per concurrency, one panel per MLP, one bar per server, the raw executable's cap."""
+    report = _need(reports, "peers")
+    models = [m for m in report["args"]["models"] if any(r["model"] == m for r in report["table"])]
+    if not models:
+        raise LookupError("no windows in the peers report")
+    plt = _pyplot()
+    fig, axes = plt.subplots(
+        1, len(models), figsize=(6.5 * len(models), 5), squeeze=False, layout="constrained"
+    )
+    for ax, model in zip(axes[0], models, strict=True):
+        _peers_panel(ax, report, model)
+        ax.set_xlabel("concurrency (closed-loop one-row clients, tritonclient.grpc.aio)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels))
+    fig.savefig(path)  # constrained layout: not _save's tight_layout
+    plt.close(fig)
+    return "Req/s per MLP and concurrency: PyTriton, KServe, MLServer and ours; the raw cap"
+
+
 #: Plot file stem -> drawing function (returns the caption; raises where data is missing).
 PLOTS: Mapping[str, Callable[[Reports, Path], str]] = {
     "coalescing": plot_coalescing,
@@ -227,6 +280,7 @@ PLOTS: Mapping[str, Callable[[Reports, Path], str]] = {
     "density": plot_density,
     "gateway": plot_gateway,
     "cold_loads": plot_cold_loads,
+    "peers": plot_peers,
 }
 
 
