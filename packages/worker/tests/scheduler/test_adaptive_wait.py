@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from reactantserver.core.config import SchedulingDiscipline
-from reactantserver.worker.scheduler import ADAPTIVE_MAX_HOLD_NS
+from reactantserver.worker.scheduler.adaptive import max_hold_ns
 
 from ._fake import SCALE, Harness, row
 
@@ -98,7 +98,7 @@ def test_the_wait_ends_when_arrivals_stop() -> None:
     assert h.scheduler.step()  # 4 rows at once: usual 4
     h.clock.advance(100 * US)
     h.submit("m", row(5))  # gaps so far 0, 0, 0 then 100 us: average 25 us
-    gap = h.scheduler.model("m").arrival_gap_ns  # type: ignore[union-attr]
+    gap = h.scheduler.model("m").arrivals.gap_ns  # type: ignore[union-attr]
     assert gap is not None
     assert not h.scheduler.step()
     h.clock.advance(2 * gap * 1e-9 - 1 * US)
@@ -109,20 +109,24 @@ def test_the_wait_ends_when_arrivals_stop() -> None:
 
 
 def test_the_wait_never_exceeds_its_bound() -> None:
-    h = _adaptive(cost_s=1.0)  # a very slow device: arrivals always "faster"
-    h.submit("m", row(1))
+    cost_s = 20e-3  # a slow device: the bound grows to a quarter of its cost, 5 ms
+    bound_s = max_hold_ns(cost_s) * 1e-9
+    assert bound_s == 5e-3
+    h = _adaptive(cost_s=cost_s)
+    for k in range(8):
+        h.submit("m", row(k + 1))  # together: the usual rows are now 8, the gap 0
     assert h.scheduler.step()
-    step_s = 0.3 * ADAPTIVE_MAX_HOLD_NS * 1e-9
+    step_s = 1e-3
     h.clock.advance(step_s)
-    h.submit("m", row(2))  # oldest of the next batch
+    h.submit("m", row(5))  # the oldest of the next batch
     waited = 0.0
     while not h.scheduler.step():
         h.clock.advance(step_s)
         waited += step_s
-        if waited < ADAPTIVE_MAX_HOLD_NS * 1e-9:
-            h.submit("m", row(3))  # arrivals keep coming, one gap apart
-        assert waited <= ADAPTIVE_MAX_HOLD_NS * 1e-9 + step_s
-    assert waited >= ADAPTIVE_MAX_HOLD_NS * 1e-9 - step_s
+        if waited < bound_s:
+            h.submit("m", row(6))  # arrivals keep coming, fewer than the usual 8 rows
+        assert waited <= bound_s + step_s
+    assert waited >= bound_s - step_s
 
 
 def test_a_fixed_delay_overrides_the_adaptive_wait() -> None:

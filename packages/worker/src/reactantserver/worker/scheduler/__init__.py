@@ -8,6 +8,7 @@ spec's formulas and tables.
 
 from __future__ import annotations
 
+from reactantserver.worker.scheduler.adaptive import ADAPTIVE_MAX_HOLD_NS
 from reactantserver.worker.scheduler.assembly import assemble, split
 from reactantserver.worker.scheduler.costs import CostTable
 from reactantserver.worker.scheduler.disciplines import (
@@ -25,7 +26,7 @@ from reactantserver.worker.scheduler.fair import (
     shares,
 )
 from reactantserver.worker.scheduler.limits import InflightLimiter
-from reactantserver.worker.scheduler.model import ADAPTIVE_MAX_HOLD_NS, ProgramKey, ScheduledModel
+from reactantserver.worker.scheduler.model import ProgramKey, ScheduledModel
 from reactantserver.worker.scheduler.planning import Plan, fit_batch, plan_batch, take_count
 from reactantserver.worker.scheduler.queue import (
     Completion,

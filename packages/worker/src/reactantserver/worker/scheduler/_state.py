@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from reactantserver.core.config import SchedulerConfig, SchedulingDiscipline
+from reactantserver.worker.scheduler.adaptive import adaptive_end
 from reactantserver.worker.scheduler.costs import CostTable
 from reactantserver.worker.scheduler.disciplines import (
     PlannedBatch,
@@ -26,8 +27,8 @@ from reactantserver.worker.scheduler.disciplines import (
     select_fifo,
 )
 from reactantserver.worker.scheduler.fair import RecentLoad, shares
-from reactantserver.worker.scheduler.model import ADAPTIVE_MAX_HOLD_NS, ScheduledModel
-from reactantserver.worker.scheduler.planning import fit_batch, plan_batch
+from reactantserver.worker.scheduler.model import ScheduledModel
+from reactantserver.worker.scheduler.planning import plan_batch
 from reactantserver.worker.scheduler.queue import ModelQueue, Pending, State
 from reactantserver.worker.scheduler.stats import ModelStats
 
@@ -77,6 +78,9 @@ class SchedulerState:
     prefetch: bool = False
     """Name the next model's weights with each batch (``scheduler.prefetch_weights`` and a
     weight cache that can prefetch)."""
+    busy: bool = False
+    """A turn's work is running outside the lock (on the dispatch thread, or inline on the
+    thread that admitted a lone request): nobody else starts one meanwhile."""
 
     def __attrs_post_init__(self) -> None:
         self.load = RecentLoad(self.config.ema_halflife_seconds)
@@ -221,37 +225,18 @@ class SchedulerState:
     def adaptive_end_locked(
         self, model: ScheduledModel, head: Pending, rows: int, oldest: int, now: int
     ) -> int | None:
-        """Until when a batch of ``rows`` waits without a fixed delay (None: not at all).
-
-        It waits only while requests keep arriving, by the model's average arrival gap, and
-        never more than :data:`ADAPTIVE_MAX_HOLD_NS` after its oldest request:
-
-        - with fewer rows than the model's recent batches held, until the next arrival is a
-          whole gap overdue (a lone caller's recent batches hold one row: it never waits);
-        - with as many, one gap past the last arrival, and only while the device is busy
-          with the model (its last execution ended less than a gap ago) and requests arrive
-          faster than one execution of the batch takes (its learned cost): it could not
-          keep up serving them one by one, so the batch grows. In a closed loop whose
-          callers are all queued nothing more comes, and the batch goes a gap later. A
-          request to a device that has been idle does not wait here.
-        """
-        gap = model.arrival_gap_ns
-        last = model.last_arrival_ns
-        if gap is None or last is None:
-            return None
-        if rows < model.usual_rows():
-            end = last + int(2 * gap)
-        else:
-            done = model.last_done_ns
-            if done is None or now - done >= gap:
-                return None
-            cost = self.costs.measured(model.name, fit_batch(model.sizes[head.variant], rows))
-            if cost is None or gap >= cost * 1e9:
-                return None
-            end = last + int(gap)
-        if now >= end:
-            return None
-        return min(end, oldest + ADAPTIVE_MAX_HOLD_NS)
+        """Until when a batch of ``rows`` waits without a fixed delay (None: not at all);
+        the rules are :mod:`~reactantserver.worker.scheduler.adaptive`'s."""
+        name = model.name
+        return adaptive_end(
+            model.arrivals,
+            usual_rows=model.usual_rows(),
+            rows=rows,
+            oldest_ns=oldest,
+            now_ns=now,
+            sizes=model.sizes[head.variant],
+            cost_of=lambda size: self.costs.measured(name, size),
+        )
 
     def plan_locked(self, queue: ModelQueue, head: Pending) -> tuple[list[Pending], int]:
         model = head.model

@@ -23,23 +23,16 @@ from reactantserver.core.manifest import VariableAxis
 from reactantserver.core.types import TensorSpec
 from reactantserver.worker.runtime.backend import Executable
 from reactantserver.worker.runtime.loader import LoadedModel
+from reactantserver.worker.scheduler.arrivals import Arrivals
 from reactantserver.worker.validation import checked_inputs
 
-__all__ = ["ADAPTIVE_MAX_HOLD_NS", "ProgramKey", "ScheduledModel"]
+__all__ = ["ProgramKey", "ScheduledModel"]
 
 #: ``(variant file index or None, compiled batch size; 0 = a lone model.mlir)``.
 ProgramKey = tuple[int | None, int]
 
 #: How many recent batches :meth:`ScheduledModel.usual_rows` looks back over.
 RECENT_BATCHES = 16
-#: The longest the adaptive wait (no fixed ``max_queue_delay_microseconds``) holds a batch's
-#: oldest request: Triton users typically set 1-2 ms by hand; here it is only the bound.
-ADAPTIVE_MAX_HOLD_NS = 2_000_000
-#: Weight of the newest gap in the arrival-gap average (about the last eight arrivals count).
-ARRIVAL_EMA_ALPHA = 0.25
-#: A gap longer than this counts as this long: one idle spell marks traffic as sparse
-#: without taking hundreds of arrivals to forget.
-ARRIVAL_GAP_CAP_NS = 50_000_000
 
 
 @attrs.define(eq=False)
@@ -72,11 +65,8 @@ class ScheduledModel:
         factory=lambda: collections.deque(maxlen=RECENT_BATCHES)
     )
     """Rows of the last :data:`RECENT_BATCHES` batches taken (see :meth:`usual_rows`)."""
-    arrival_gap_ns: float | None = None
-    """Average gap between this model's recent arrivals (None before the second)."""
-    last_arrival_ns: int | None = None
-    last_done_ns: int | None = None
-    """When this generation's last execution finished (None before the first)."""
+    arrivals: Arrivals = attrs.field(factory=Arrivals)
+    """Its traffic as the adaptive wait reads it (under the scheduler lock)."""
     admitting: bool = True
     outstanding: int = 0
     """Requests of this generation queued or being dispatched."""
@@ -137,18 +127,6 @@ class ScheduledModel:
             return 0
         largest = max(s[-1] for s in self.sizes.values())
         return largest if self.max_batch_size is None else min(largest, self.max_batch_size)
-
-    def note_arrival(self, now_ns: int) -> None:
-        """Count one admitted request in the arrival-gap average (under the scheduler lock)."""
-        last = self.last_arrival_ns
-        self.last_arrival_ns = now_ns
-        if last is None:
-            return
-        gap = min(now_ns - last, ARRIVAL_GAP_CAP_NS)
-        average = self.arrival_gap_ns
-        self.arrival_gap_ns = (
-            gap if average is None else average + ARRIVAL_EMA_ALPHA * (gap - average)
-        )
 
     def usual_rows(self) -> int:
         """The most rows among the recent batches (0 before the first): a batch waiting out
