@@ -94,7 +94,6 @@ SPEC_DEFAULTS: list[tuple[str, object]] = [
     ("scheduler.pad_up_when_cheaper", True),
     # Unset: the adaptive wait (issue 32: coalescing without tuning); a number fixes the delay.
     ("scheduler.max_queue_delay_microseconds", None),
-    ("scheduler.inline_max_cost_microseconds", 300),
     ("scheduler.prefetch_weights", True),
     ("scheduler.models", {}),
     ("meta.concurrency", 2),

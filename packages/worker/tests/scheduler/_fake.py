@@ -149,8 +149,6 @@ class Harness:
         # The planning rules are tested as the spec lists them, without the pad-up step
         # (on by default since the adaptive wait); tests of pad-up turn it on themselves.
         settings.setdefault("pad_up_when_cheaper", False)
-        # Requests run where a test steps the loop; tests of the inline turn turn it on.
-        settings.setdefault("inline_max_cost_microseconds", 0)
         self.config = config or SchedulerConfig(**settings)
         clock: Callable[[], int] = time.monotonic_ns if real_clock else self.clock
         self.scheduler = Scheduler(self.backend, None, self.config, clock=clock)

@@ -54,15 +54,25 @@ def test_a_lone_caller_is_back_with_its_own_request() -> None:
 
 
 def test_fewer_rows_than_usual_wait_until_the_next_arrival_is_overdue() -> None:
-    arrivals = Arrivals(gap_ns=0.1 * MS, last_ns=10 * MS)
+    arrivals = Arrivals(gap_ns=0.1 * MS, last_ns=10 * MS, last_gap_ns=100_000)
     assert _end(arrivals, 3, usual=8, now=10 * MS) == 10 * MS + 200_000
     assert _end(arrivals, 3, usual=8, now=10 * MS + 200_000) is None
 
 
+def test_a_request_after_an_idle_spell_does_not_wait_for_a_burst_long_gone() -> None:
+    arrivals = Arrivals()
+    for t in (0, 100_000, 200_000, 300_000):  # a burst, 0.1 ms apart
+        arrivals.arrived(t)
+    arrivals.arrived(2_000 * MS)  # seconds later, alone
+    assert not arrivals.on_the_beat()
+    assert _end(arrivals, 1, usual=4, now=2_000 * MS) is None
+
+
 def test_the_bound_grows_with_a_long_execution() -> None:
-    arrivals = Arrivals(gap_ns=10 * MS, last_ns=0)
-    # 8 rows cost 13 ms: a quarter is 3.25 ms, above the 2 ms floor.
-    assert _end(arrivals, 5, usual=16, now=0, oldest=0) == 3_250_000
+    arrivals = Arrivals(gap_ns=10 * MS, last_ns=0, last_gap_ns=10 * MS)
+    # Waiting to become the usual 16 rows, which cost 17 ms: a quarter is 4.25 ms, above the
+    # 2 ms floor.
+    assert _end(arrivals, 5, usual=16, now=0, oldest=0) == 4_250_000
     tiny = dict.fromkeys(SIZES, 3e-05)
     end = adaptive_end(
         arrivals, usual_rows=16, rows=5, oldest_ns=0, now_ns=0, sizes=SIZES, cost_of=tiny.get

@@ -95,16 +95,18 @@ def test_the_wait_ends_when_arrivals_stop() -> None:
     h.submit("m", row(1))
     for k in range(3):
         h.submit("m", row(k + 2))
-    assert h.scheduler.step()  # 4 rows at once: usual 4
+    assert h.scheduler.step()  # 4 rows at once, done at t = 10 us: usual 4
     h.clock.advance(100 * US)
-    h.submit("m", row(5))  # gaps so far 0, 0, 0 then 100 us: average 25 us
-    gap = h.scheduler.model("m").arrivals.gap_ns  # type: ignore[union-attr]
-    assert gap is not None
+    h.submit("m", row(5))  # one of the four callers is back after 100 us (the turnaround)
+    arrivals = h.scheduler.model("m").arrivals  # type: ignore[union-attr]
+    assert arrivals.turnaround_ns == 100_000
     assert not h.scheduler.step()
-    h.clock.advance(2 * gap * 1e-9 - 1 * US)
+    # The other three are waited for until two turnarounds after the execution ended (the
+    # longest rule: the usual rows' wait ends after two average gaps, sooner).
+    h.clock.advance(100 * US - 1 * US)
     assert not h.scheduler.step()
     h.clock.advance(2 * US)
-    assert h.scheduler.step()  # nothing came within two gaps: it goes with one row
+    assert h.scheduler.step()  # they did not come: it goes with one row
     assert h.ran()[-1] == ("m", 1)
 
 

@@ -173,10 +173,6 @@ class SchedulerConfig:
     """How long a coalescable model's oldest request may wait for more rows while the device
     is idle (beyond, 04); 0 never waits. Unset: an adaptive wait, only while requests keep
     arriving and at most 2 ms (the worker's scheduler decides from arrival gaps and costs)."""
-    inline_max_cost_microseconds: int = setting(300, check=between(0, 1_000_000))
-    """A lone request (nothing else queued or running, its weights resident) whose learned
-    execution cost is at most this runs on the event loop that admitted it instead of waking
-    the dispatch thread: two thread hand-offs saved per request at low load. 0: never."""
     prefetch_weights: bool = setting(True)
     """Load the next queued model's weights while another model executes, where the backend
     copies asynchronously (GPU) and the budget has room without evicting queued models

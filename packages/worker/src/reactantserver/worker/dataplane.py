@@ -134,11 +134,7 @@ class DataPlane:
                 manifest.executable_inputs,
             )
         outputs = await self.scheduler.infer(
-            entry.name,
-            tensors,
-            deadline_ns=request.deadline_ns,
-            priority=request.priority,
-            alone=self.limiter.in_flight <= 1,
+            entry.name, tensors, deadline_ns=request.deadline_ns, priority=request.priority
         )
         named = [
             NamedTensor(spec.name, array)

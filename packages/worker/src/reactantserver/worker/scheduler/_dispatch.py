@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -19,7 +18,6 @@ from reactantserver.worker.runtime.backend import Backend
 from reactantserver.worker.runtime.weight_cache import WeightCache
 from reactantserver.worker.scheduler._execute import Execution, execute
 from reactantserver.worker.scheduler._state import SchedulerState
-from reactantserver.worker.scheduler.model import ScheduledModel
 from reactantserver.worker.scheduler.planning import fit_batch
 from reactantserver.worker.scheduler.queue import Pending, State, resolve_all
 from reactantserver.worker.scheduler.stats import ModelStats
@@ -43,27 +41,18 @@ class Dispatcher:
         self._backend = backend
         self._cache = cache
         self._clock = clock
-        # Each thread charges from its own mark on its own clock: the dispatch thread, and a
-        # thread that ran a lone request inline.
-        self._marks = threading.local()
-        self.reset_cpu_mark()
+        self._cpu_mark_ns = time.thread_time_ns()
 
     def reset_cpu_mark(self) -> None:
-        """Start the calling thread's next dispatch charge now (its own CPU clock)."""
-        self._marks.ns = time.thread_time_ns()
-
-    def resident(self, model: ScheduledModel) -> bool:
-        """Whether ``model`` can run without loading weights first (under the lock)."""
-        return (
-            model.weights is None or self._cache is None or self._cache.is_resident(model.weights)
-        )
+        """Start the next dispatch's CPU charge now (the dispatch thread's clock)."""
+        self._cpu_mark_ns = time.thread_time_ns()
 
     def _charge_cpu_locked(self, stats: ModelStats) -> None:
         # Everything this thread did since the last charge (waking, selecting, assembling,
         # running, slicing; the previous delivery) is this dispatch's (worker_stage_cpu).
         now = time.thread_time_ns()
-        stats.dispatch_cpu_ns += now - getattr(self._marks, "ns", now)
-        self._marks.ns = now
+        stats.dispatch_cpu_ns += now - self._cpu_mark_ns
+        self._cpu_mark_ns = now
 
     def dispatch(self, taken: list[Pending], batch: int, *, prefetch: str | None = None) -> None:
         """Admit, execute and record one dequeued batch (``prefetch``: weights to load while

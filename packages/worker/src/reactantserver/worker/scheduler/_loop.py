@@ -19,8 +19,7 @@ from typing import Any
 from reactantserver.core.errors import DeadlineExceededError, ShuttingDownError
 from reactantserver.worker.scheduler._dispatch import Dispatcher
 from reactantserver.worker.scheduler._state import SchedulerState, Work
-from reactantserver.worker.scheduler.planning import fit_batch
-from reactantserver.worker.scheduler.queue import Pending, State
+from reactantserver.worker.scheduler.queue import State
 
 __all__ = ["SHUTTING_DOWN", "DispatchLoop"]
 
@@ -79,72 +78,14 @@ class DispatchLoop:
         work = self._next(wait=False)
         if work is None:
             return False
-        try:
-            self._do(work)
-        finally:
-            self._end_turn()
+        self._do(work)
         return True
-
-    def take_inline_locked(self, request: Pending, now: int) -> Work | None:
-        """The batch of a lone request the admitting thread may run itself, or None.
-
-        Only when nothing else is queued or running (no turn in progress, no control command,
-        no committed sub-call), its model's learned execution cost is at most
-        ``scheduler.inline_max_cost_microseconds`` and its weights are resident: then running
-        it here saves waking the dispatch thread and waking the caller back, two thread
-        hand-offs that cost a lone request more than a small execution does. The caller must
-        :meth:`run_inline` the work it gets.
-        """
-        s = self._s
-        limit_us = s.config.inline_max_cost_microseconds
-        if (
-            not limit_us
-            or s.busy
-            or s.stopping
-            or s.queued != 1
-            or s.controls
-            or s.committed
-            or request.state is not State.QUEUED
-        ):
-            return None
-        model = request.model
-        cost = s.costs.measured(model.name, fit_batch(model.sizes[request.variant], request.rows))
-        if cost is None or cost * 1e6 > limit_us:
-            return None
-        if not self._dispatcher.resident(model):
-            return None
-        queue = s.queues[model.name]
-        if s.ready_at_locked(queue, now) > now:
-            return None  # it waits for more rows: the dispatch thread's business
-        work = s.take_locked(now)
-        work.prefetch = None
-        s.busy = True
-        return work
-
-    def run_inline(self, work: Work) -> None:
-        """Run a turn taken by :meth:`take_inline_locked` on the calling thread."""
-        self._dispatcher.reset_cpu_mark()
-        try:
-            self._do(work)
-        finally:
-            self._end_turn()
-
-    def _end_turn(self) -> None:
-        with self._s.cond:
-            self._s.busy = False
-            if self._s.queued or self._s.controls:
-                # What arrived meanwhile waited for this turn: the dispatch thread takes it.
-                self._s.cond.notify()
 
     def _run(self) -> None:
         try:
             self._dispatcher.reset_cpu_mark()
             while (work := self._next(wait=True)) is not None:
-                try:
-                    self._do(work)
-                finally:
-                    with self._s.cond:
-                        self._s.busy = False
+                self._do(work)
                 # Idle, the last batch must not stay alive: its inputs may view a client's
                 # shared memory, whose mapping then outlives the region's unregistration.
                 del work
@@ -156,16 +97,9 @@ class DispatchLoop:
     def _next(self, *, wait: bool) -> Work | None:
         with self._s.cond:
             while True:
-                if self._s.busy:
-                    # A lone request is running inline on the thread that admitted it.
-                    if not wait:
-                        return None
-                    self._s.cond.wait()
-                    continue
                 if self._s.controls:
                     controls = list(self._s.controls)
                     self._s.controls.clear()
-                    self._s.busy = True
                     return Work(controls=controls)
                 now = self._clock()
                 drained = not self._s.queued and not self._s.holds
@@ -175,7 +109,6 @@ class DispatchLoop:
                 if self._s.queued and hold is None:
                     work = self._s.take_locked(now)
                     if work.taken or work.expired:
-                        self._s.busy = True
                         return work
                     continue
                 if not wait:

@@ -3,23 +3,26 @@
 Pure logic over a model's :class:`~reactantserver.worker.scheduler.arrivals.Arrivals`, its
 recent batch sizes and its learned costs; ``SchedulerState.ready_at_locked`` asks it when a
 model has no ``max_queue_delay_microseconds``. A batch waits only while more rows are
-coming, and never longer than :func:`max_hold_ns` after its oldest request:
+coming, and never longer than :func:`max_hold_ns` of the batch it is waiting to become after
+its oldest request (rules 1 and 2) or after the last execution ended (rule 3):
 
 1. **The usual rows.** With fewer rows than the model's recent batches held, until the next
    arrival is a whole average gap overdue. A lone caller's recent batches hold one row, so
    it never waits; steady concurrent callers go as soon as the rows that usually come
-   together are in.
+   together are in. A request that comes after an idle spell (a gap over twice the average)
+   does not wait for the rows of a burst long gone.
 2. **A saturated device.** With as many, one gap past the last arrival, while the device is
    busy with the model (its last execution ended less than a gap ago) and requests arrive
    faster than one execution of the batch takes: serving them one by one could not keep up.
 3. **Callers coming back.** While the callers the device just answered have not all sent
-   again, and they would fill a larger compiled size that serves rows more cheaply (learned
-   costs), until two average turnarounds after that execution ended: in a closed loop the
-   callers just answered send again about a turnaround later, and without the wait two
-   half-size batches alternate for good. A lone caller is back as soon as its next request
-   is queued, so it never waits here.
+   again, and their rows together with the queued ones would be served more cheaply per row
+   (a fuller or larger compiled size, by the learned costs), until two average turnarounds
+   after that execution ended: in a closed loop the callers just answered send again about a
+   turnaround later, and without the wait two part-size batches alternate for good. A lone
+   caller is back as soon as its next request is queued, so it never waits here.
 
-A request to a device that has been idle never waits for rules 2 and 3.
+A batch waits as long as the longest of the rules that apply says. A request to a device that
+has been idle never waits for rules 2 and 3.
 """
 
 from __future__ import annotations
@@ -64,20 +67,23 @@ def adaptive_end(
         return None
     size = fit_batch(sizes, rows)
     cost = cost_of(size)
-    if rows < usual_rows:
-        end: int | None = last + int(2 * gap)
-    else:
-        done = arrivals.done_ns
-        if done is None:
-            return None
-        ends = [
-            _saturated_end(gap, last, done, cost, now_ns),
-            _returning_end(arrivals, rows, size, cost, now_ns, sizes=sizes, cost_of=cost_of),
-        ]
-        end = max((e for e in ends if e is not None), default=None)
+    ends: list[int | None] = []
+    if rows < usual_rows and arrivals.on_the_beat():
+        usual = fit_batch(sizes, usual_rows)
+        bound = max_hold_ns(cost if usual == size else cost_of(usual))
+        ends.append(min(last + int(2 * gap), oldest_ns + bound))
+    done = arrivals.done_ns
+    if done is not None:
+        saturated = _saturated_end(gap, last, done, cost, now_ns)
+        if saturated is not None:
+            ends.append(min(saturated, oldest_ns + max_hold_ns(cost)))
+        ends.append(
+            _returning_end(arrivals, rows, size, cost, now_ns, sizes=sizes, cost_of=cost_of)
+        )
+    end = max((e for e in ends if e is not None), default=None)
     if end is None or now_ns >= end:
         return None
-    return min(end, oldest_ns + max_hold_ns(cost))
+    return end
 
 
 def _saturated_end(gap: float, last: int, done: int, cost: float | None, now_ns: int) -> int | None:
@@ -107,10 +113,9 @@ def _returning_end(
     if still_out <= 0:
         return None
     coming = rows + still_out
-    larger = fit_batch(sizes, coming)
-    larger_cost = cost_of(larger)
-    if larger <= size or larger_cost is None:
-        return None
-    if larger_cost / min(coming, larger) >= cost / rows:
-        return None
-    return done + int(2 * turnaround)
+    target = fit_batch(sizes, coming)
+    target_cost = cost if target == size else cost_of(target)
+    if target_cost is None or target_cost / min(coming, target) >= cost / rows:
+        return None  # their rows would not be served more cheaply together
+    # From the execution's end: the queued rows have waited out that execution already.
+    return done + min(int(2 * turnaround), max_hold_ns(target_cost))

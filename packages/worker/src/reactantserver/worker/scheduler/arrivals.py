@@ -35,6 +35,8 @@ class Arrivals:
     """Average gap between arrivals (None before the second)."""
     last_ns: int | None = None
     """When the last request arrived."""
+    last_gap_ns: int | None = None
+    """The gap just before the last request (capped like the average's samples)."""
     done_ns: int | None = None
     """When the last execution ended."""
     done_rows: int = 0
@@ -54,7 +56,17 @@ class Arrivals:
         last = self.last_ns
         self.last_ns = now_ns
         if last is not None:
-            self.gap_ns = _average(self.gap_ns, min(now_ns - last, ARRIVAL_GAP_CAP_NS))
+            self.last_gap_ns = min(now_ns - last, ARRIVAL_GAP_CAP_NS)
+            self.gap_ns = _average(self.gap_ns, self.last_gap_ns)
+
+    def on_the_beat(self) -> bool:
+        """Whether the last request came about when the recent traffic said it would: not
+        after an idle spell (its gap more than twice the average, itself included)."""
+        return (
+            self.gap_ns is not None
+            and self.last_gap_ns is not None
+            and self.last_gap_ns <= 2 * self.gap_ns
+        )
 
     def done(self, now_ns: int, rows: int) -> None:
         """Count one finished execution of ``rows`` rows."""

@@ -39,7 +39,7 @@ from reactantserver.worker.runtime.probe import RunKey
 from reactantserver.worker.runtime.weight_cache import WeightCache
 from reactantserver.worker.scheduler._dispatch import Dispatcher
 from reactantserver.worker.scheduler._loop import SHUTTING_DOWN, DispatchLoop
-from reactantserver.worker.scheduler._state import SchedulerState, Work
+from reactantserver.worker.scheduler._state import SchedulerState
 from reactantserver.worker.scheduler.costs import CostTable
 from reactantserver.worker.scheduler.model import ScheduledModel
 from reactantserver.worker.scheduler.queue import (
@@ -172,30 +172,6 @@ class Scheduler:
         ``tensors`` are executable-level (after ``preprocess``). ``priority`` < 1 means the
         configured default; ``committed`` marks a meta sub-call.
         """
-        request, _ = self._admit(
-            name,
-            tensors,
-            completion=completion,
-            deadline_ns=deadline_ns,
-            priority=priority,
-            committed=committed,
-            inline=False,
-        )
-        return request
-
-    def _admit(
-        self,
-        name: str,
-        tensors: Sequence[NamedTensor],
-        *,
-        completion: Completion,
-        deadline_ns: int | None,
-        priority: int,
-        committed: bool,
-        inline: bool,
-    ) -> tuple[Pending, Work | None]:
-        """:meth:`submit`; with ``inline``, also the turn the caller runs itself, if any
-        (see ``DispatchLoop.take_inline_locked``)."""
         started = time.thread_time_ns()
         model = self._s.models.get(name)  # one dict read; checked again under the lock below
         if model is None:
@@ -236,15 +212,12 @@ class Scheduler:
             model.arrivals.arrived(request.enqueue_ns)
             if committed:
                 self._s.committed.append(request)
-            work = self._loop.take_inline_locked(request, request.enqueue_ns) if inline else None
             # A dispatch thread sleeping out a queue delay only needs waking for a queue
             # that is ready now (full, or a request that cannot join the waiting batch).
-            if work is None and (
-                committed or not self._s.holding or self._s.ready_at_locked(queue, now) <= now
-            ):
+            if committed or not self._s.holding or self._s.ready_at_locked(queue, now) <= now:
                 self._s.cond.notify()
             self._s.stats[name].queue_cpu_ns += time.thread_time_ns() - started
-            return request, work
+            return request
 
     async def infer(
         self,
@@ -253,28 +226,20 @@ class Scheduler:
         *,
         deadline_ns: int | None = None,
         priority: int = 0,
-        alone: bool = False,
     ) -> Outputs:
         """Queue a request from the event loop and await its outputs.
 
-        ``alone``: the caller has no other request in flight, so a cheap one may run inline
-        on this loop (``scheduler.inline_max_cost_microseconds``); concurrent requests are
-        left to queue and coalesce. Cancelling the awaiting task removes a still-queued
-        request (never executed).
+        Cancelling the awaiting task removes a still-queued request (never executed).
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Outputs] = loop.create_future()
-        request, work = self._admit(
+        request = self.submit(
             name,
             tensors,
             completion=LoopCompletion(loop, future),
             deadline_ns=deadline_ns,
             priority=priority,
-            committed=False,
-            inline=alone,
         )
-        if work is not None:
-            self._loop.run_inline(work)  # a lone cheap request: no thread hand-off
         try:
             return await future
         except asyncio.CancelledError:
