@@ -99,6 +99,15 @@ class Proxy:
         finally:
             self.metrics.observe_request("ModelInfer", model, code, time.perf_counter() - started)
 
+    def refusal(self) -> str | None:
+        """Why a ``ModelInfer`` arriving now is refused before it is read (the front's gate),
+        or None: the gateway is at its inbound cap."""
+        cap = self.settings.inbound_cap
+        if not cap or self.inflight < cap:
+            return None
+        self.metrics.requests_shed_total.inc()
+        return f"gateway at its limit of {cap} concurrent requests"
+
     def _header(self, body: bytes) -> InferHeader:
         try:
             header = read_infer_header(body)

@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from reactantserver.core.front import GrpcFront
-from reactantserver.core.protocol import INFERENCE_SERVICE, control_pb2
+from reactantserver.core.protocol import INFERENCE_SERVICE, MODEL_INFER, control_pb2
 from reactantserver.core.serving import (
     HEALTH_SERVICE,
     HealthTracker,
@@ -143,6 +143,7 @@ class GatewayServer:
             log_format=config.logging.format.value,
         )
         server.add_generic_rpc_handlers([self.service.handler()])
+        server.set_gate(MODEL_INFER, self.proxy.refusal)
         self.health.add_to(server)
         services = [INFERENCE_SERVICE, HEALTH_SERVICE]
         if config.control_service:
