@@ -56,6 +56,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("scheduler", 90, "scheduler served vs raw in process, dispatch overhead"),
     Benchmark("rest", 60, "REST vs gRPC req/s"),
     Benchmark("client", 75, "thin client vs tritonclient"),
+    Benchmark("scaling", 60, "tiny MLP req/s against the native front's threads (flat on 2 cores)"),
     Benchmark("meta_pipeline", 60, "meta model vs client-chained pipeline"),
     Benchmark("overload", 75, "ten times the in-flight cap: admitted latency, refusals, RSS"),
 )

@@ -107,6 +107,7 @@ SPEC_DEFAULTS: list[tuple[str, object]] = [
     ("endpoints.control_service", True),
     ("endpoints.reflection", True),
     ("endpoints.lane", True),
+    ("endpoints.front_threads", 1),
     ("endpoints.tls.cert_file", ""),
     ("endpoints.tls.key_file", ""),
     ("endpoints.tls.client_ca_file", ""),

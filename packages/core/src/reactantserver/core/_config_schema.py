@@ -237,6 +237,9 @@ class EndpointsConfig:
     reflection: bool = setting(True)
     lane: bool = setting(True)
     """Serve the forwarding lane (a Unix socket for a gateway on this host; off with TLS)."""
+    front_threads: int = setting(1, check=between(1, 64))
+    """Threads of the native front's HTTP/2 runtime (HTTP/2, TLS; the gRPC handlers run on
+    the event loop whatever this is)."""
     tls: TlsConfig = TlsConfig()
 
 

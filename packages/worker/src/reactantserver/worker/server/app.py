@@ -81,6 +81,7 @@ class WorkerServer:
             max_recv_msg_bytes=config.grpc.max_recv_msg_bytes,
             max_send_msg_bytes=config.grpc.max_send_msg_bytes,
             max_concurrent_calls=flood_backstop(config.endpoints.max_concurrent_requests),
+            runtime_threads=config.endpoints.front_threads,
             log_format=config.logging.format.value,
         )
         service = InferenceService(self.state)

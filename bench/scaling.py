@@ -1,0 +1,202 @@
+"""Scaling benchmark: the tiny MLP's req/s against the native front's thread count.
+
+Run from the repository root with the dev environment::
+
+    .venv/bin/python -m bench.scaling --out bench/results
+
+For each ``--threads`` count the worker (the exported ``mlp`` example) starts with
+``endpoints.front_threads`` set to it, on every CPU but the clients' share, and
+``--client-procs`` processes of stock ``tritonclient.grpc.aio`` clients drive it (``--clients``
+closed-loop one-row clients in all) for the same window. Reports req/s, latency and the
+server's CPU per request and cores used per thread count.
+
+What scales and what cannot: the front's HTTP/2 runtime runs on those threads, but every
+call's Python (decode, admission, encode) runs on the one event loop, and executions on the
+one dispatch thread, so one worker uses at most about three cores whatever the count. On the
+2-core development machine the clients take one core and the worker the other: nothing can
+scale there, and the figure shows the flat line and the CPU it costs. The 16-core GPU machine
+(``bench/gpu``) runs the same measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench._common import figure, fmt, machine, machine_line, write_report
+from bench._grpc_load import run_load
+from bench._grpc_servers import Server, export_examples, start_worker
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULT_NAME = "scaling-cpu"
+MODEL = "mlp"
+
+
+def split_cpus(client_share: float) -> tuple[list[int], list[int]]:
+    """(client CPUs, server CPUs): at least one each; the clients get ``client_share``."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+    if len(cpus) < 2:
+        return cpus, cpus
+    clients = max(1, int(len(cpus) * client_share))
+    return cpus[:clients], cpus[clients:]
+
+
+def _client_proc(args: tuple[str, int, float, float, list[int]]) -> dict[str, Any]:
+    url, clients, warmup, duration, cpus = args
+    if cpus and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cpus)
+    load = run_load(
+        url,
+        MODEL,
+        concurrency=clients,
+        kind="asyncio",
+        warmup_s=warmup,
+        duration_s=duration,
+        server_cpu=lambda: None,
+    )
+    return {"latencies_ns": load.latencies_ns, "errors": load.errors}
+
+
+def measure(
+    worker: Server, *, procs: int, clients: int, warmup: float, duration: float, cpus: list[int]
+) -> dict[str, Any]:
+    """One window with ``procs`` client processes sharing ``clients`` closed-loop clients."""
+    per = [clients // procs + (1 if i < clients % procs else 0) for i in range(procs)]
+    jobs = [(worker.url, n, warmup, duration, cpus) for n in per if n]
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(len(jobs)) as pool:
+        pending = pool.map_async(_client_proc, jobs)
+        time.sleep(warmup + 0.5)  # every process imported and running by then
+        cpu0, t0 = sum((worker.cpu_seconds() or {}).values()), time.perf_counter()
+        time.sleep(max(0.0, duration - 1.0))
+        cpu1, t1 = sum((worker.cpu_seconds() or {}).values()), time.perf_counter()
+        results = pending.get()
+    latencies = sorted(ns for r in results for ns in r["latencies_ns"])
+    requests = len(latencies)
+    span = t1 - t0
+    return {
+        "requests_per_s": requests / duration,
+        "p50_ms": latencies[len(latencies) // 2] / 1e6 if latencies else None,
+        "p99_ms": latencies[int(len(latencies) * 0.99)] / 1e6 if latencies else None,
+        "errors": sum(r["errors"] for r in results),
+        "server_cores": (cpu1 - cpu0) / span if span > 0 else None,
+        "server_cpu_us_per_request": (
+            (cpu1 - cpu0) / (requests * span / duration) * 1e6 if requests else None
+        ),
+    }
+
+
+def markdown(report: dict[str, Any]) -> list[str]:
+    """The report as Markdown."""
+    args = report["args"]
+    lines = [
+        "# Scaling: tiny MLP req/s against the front's threads",
+        "",
+        f"Machine: {machine_line(report['machine'])}",
+        "",
+        f"Command: `{report['command']}`",
+        "",
+        f"Clients: {args['clients']} closed-loop `tritonclient.grpc.aio` clients in "
+        f"{args['client_procs']} process(es) on CPUs {report['client_cpus']}; the worker on "
+        f"CPUs {report['server_cpus']}; {args['duration']} s windows.",
+        "",
+        "| front threads | req/s | p50 / p99 (ms) | server CPU / request (us) "
+        "| server cores used |",
+        "|---|---|---|---|---|",
+    ]
+    for row in report["rows"]:
+        lines.append(
+            f"| {row['threads']} | {row['requests_per_s']:,.0f} | {fmt(row['p50_ms'], '.2f')} / "
+            f"{fmt(row['p99_ms'], '.2f')} | {fmt(row['server_cpu_us_per_request'], ',.0f')} | "
+            f"{fmt(row['server_cores'], '.2f')} |"
+        )
+    lines += ["", report["note"], ""]
+    return lines
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--client-procs", type=int, default=0, help="0: one per client CPU")
+    parser.add_argument("--client-share", type=float, default=0.5)
+    parser.add_argument("--duration", type=float, default=4.0)
+    parser.add_argument("--warmup", type=float, default=0.5)
+    parser.add_argument("--startup-timeout", type=float, default=300.0)
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1.5 s windows")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and write JSON + Markdown under ``--out``."""
+    args = _parser().parse_args(argv)
+    if args.quick:
+        args.duration, args.warmup, args.threads = 1.5, 0.3, args.threads[:2]
+    client_cpus, server_cpus = split_cpus(args.client_share)
+    if not args.client_procs:
+        args.client_procs = len(client_cpus)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="rs-bench-scaling-") as name:
+        tmp = Path(name)
+        models = tmp / "models"
+        export_examples(models, [MODEL])
+        for threads in args.threads:
+            run = tmp / f"t{threads}"
+            run.mkdir()
+            env = {"INFERENCE_SERVER_ENDPOINTS_FRONT_THREADS": str(threads)}
+            worker = start_worker(run, models, env, frozenset(server_cpus))
+            try:
+                worker.wait_ready([MODEL], args.startup_timeout)
+                row = measure(
+                    worker,
+                    procs=args.client_procs,
+                    clients=args.clients,
+                    warmup=args.warmup,
+                    duration=args.duration,
+                    cpus=client_cpus,
+                )
+            finally:
+                worker.stop()
+            rows.append({"threads": threads, **row})
+    cores = len(server_cpus)
+    note = (
+        f"The worker had {cores} CPU(s). One worker's Python runs on one event loop and its "
+        "executions on one dispatch thread, so more front threads only spread the HTTP/2 work."
+    )
+    if cores < 2:
+        note += " With one core for the worker nothing can scale: the flat line is the point."
+    report: dict[str, Any] = {
+        "machine": machine("jax", "h2corn", "tritonclient"),
+        "command": " ".join([".venv/bin/python -m bench.scaling", *(argv or sys.argv[1:])]),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "client_cpus": client_cpus,
+        "server_cpus": server_cpus,
+        "rows": rows,
+        "note": note,
+        "errors": [f"threads={r['threads']}: {r['errors']} errors" for r in rows if r["errors"]],
+    }
+    base = rows[0]["requests_per_s"] if rows else None
+    report["figures"] = [
+        figure(
+            f"req/s with {r['threads']} front threads / with {rows[0]['threads']}",
+            r["requests_per_s"] / base if base else None,
+            "x",
+        )
+        for r in rows[1:]
+    ] + [
+        figure(f"req/s with {r['threads']} front threads", r["requests_per_s"], "req/s")
+        for r in rows
+    ]
+    write_report(args.out, RESULT_NAME, report, markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
