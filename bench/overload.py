@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import tempfile
 import time
@@ -287,8 +288,6 @@ def main(argv: list[str] | None = None) -> int:
         worker = start_worker(tmp, models, env, server_cpus)
         try:
             if client_cpus is not None:
-                import os
-
                 os.sched_setaffinity(0, client_cpus)
             worker.wait_ready([args.model], args.startup_timeout)
             measured = run(args, worker)
