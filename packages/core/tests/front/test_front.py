@@ -390,3 +390,28 @@ def test_the_backstop_sits_well_above_the_in_flight_cap() -> None:
     assert flood_backstop(0) == 0  # no cap, no backstop
     assert flood_backstop(4) == 256
     assert flood_backstop(64) == 512
+
+
+def test_client_keepalive_pings_are_answered_on_an_idle_connection() -> None:
+    async def echo(request: bytes, context: RpcContext) -> bytes:
+        return request
+
+    async def main() -> list[bytes]:
+        front, port = _front({"Echo": _unary(echo)})
+        await front.start()
+        options = [
+            ("grpc.keepalive_time_ms", 100),
+            ("grpc.keepalive_timeout_ms", 1000),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+        ]
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:
+                first = await _call(channel, "Echo", b"a")
+                await asyncio.sleep(1.5)  # ~15 pings on the idle connection, each answered
+                assert channel.get_state() is grpc.ChannelConnectivity.READY
+                return [first, await _call(channel, "Echo", b"b")]
+        finally:
+            await front.stop(1.0)
+
+    assert asyncio.run(main()) == [b"a", b"b"]

@@ -18,9 +18,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from reactantserver.core.config import GrpcConfig, WorkerConfig, worker_config_from_mapping
+from reactantserver.core.config import WorkerConfig, worker_config_from_mapping
 from reactantserver.core.protocol import SERVER_LIVE, SERVER_READY, grpc_service_pb2
-from reactantserver.core.serving import grpc_server_options
 from reactantserver.worker.server import WorkerServer
 
 _T = TypeVar("_T")
@@ -64,29 +63,6 @@ async def _live(channel: grpc.aio.Channel) -> bool:
     )
     response = await call(grpc_service_pb2.ServerLiveRequest(), timeout=10)
     return bool(response.live)
-
-
-def test_options_carry_limits_and_keepalive() -> None:
-    options = dict(
-        grpc_server_options(GrpcConfig(keepalive_time_seconds=30, max_connection_age_seconds=600))
-    )
-    assert options["grpc.max_receive_message_length"] == 512 << 20
-    assert options["grpc.max_send_message_length"] == 512 << 20
-    assert options["grpc.keepalive_time_ms"] == 30_000
-    assert options["grpc.keepalive_timeout_ms"] == 20_000
-    assert options["grpc.keepalive_permit_without_calls"] == 1
-    assert options["grpc.http2.min_recv_ping_interval_without_data_ms"] == 10_000
-    assert options["grpc.http2.max_ping_strikes"] == 0
-    assert options["grpc.max_connection_age_ms"] == 600_000
-    assert options["grpc.so_reuseport"] == 0
-
-
-def test_zero_keepalive_and_age_leave_the_grpc_defaults() -> None:
-    options = dict(
-        grpc_server_options(GrpcConfig(keepalive_time_seconds=0, max_connection_age_seconds=0))
-    )
-    assert "grpc.keepalive_time_ms" not in options
-    assert "grpc.max_connection_age_ms" not in options
 
 
 def test_an_empty_repository_is_live_but_never_ready(tmp_path: Path) -> None:

@@ -253,6 +253,9 @@ class GrpcConfig:
     max_send_msg_bytes: int = setting(
         536870912, check=between(0, MAX_GRPC_MESSAGE_BYTES, lo_open=True)
     )
+    # The native front answers clients' keepalive pings and keeps idle connections open; it
+    # sends no pings of its own and closes no connection for its age, so these four load
+    # (existing configurations keep working) but are not enforced.
     keepalive_time_seconds: float = setting(60.0, check=between(0))
     keepalive_timeout_seconds: float = setting(20.0, check=between(0, lo_open=True))
     min_client_ping_interval_seconds: float = setting(10.0, check=between(0))

@@ -1,8 +1,7 @@
 """gRPC server plumbing shared by the worker and the gateway (05 §Transport, §Health).
 
-- :func:`grpc_server_options`: message limits and keepalive from ``grpc.*`` settings.
-- :func:`server_credentials`: TLS / mTLS from ``cert_file``, ``key_file``, ``client_ca_file``
-  for a ``grpc`` server; :func:`front_tls` the same for the native front (:mod:`.front`).
+- :func:`front_tls`: TLS / mTLS for the native front (:mod:`.front`) from ``cert_file``,
+  ``key_file``, ``client_ca_file``.
 - :class:`HealthTracker`: ``grpc.health.v1`` following a readiness callable, ``NOT_SERVING``
   for good once shutdown starts.
 - :func:`enable_reflection`: server reflection under the public ``inference`` names, from a
@@ -44,15 +43,12 @@ if TYPE_CHECKING:
 __all__ = [
     "HEALTH_SERVICE",
     "HEALTH_SERVICES",
-    "GrpcSettings",
     "HealthTracker",
     "RpcRegistry",
     "TlsSettings",
     "enable_reflection",
     "front_tls",
-    "grpc_server_options",
     "public_descriptor_pool",
-    "server_credentials",
 ]
 
 #: Full name of the gRPC health service.
@@ -65,34 +61,6 @@ _PUBLIC_PACKAGE = "inference"
 _PRIVATE_DIR = "reactantserver/core/_proto/kserve/v2/"
 _REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
 _POLL_S = 0.2
-
-
-class GrpcSettings(Protocol):
-    """The ``grpc.*`` settings a server needs (worker and gateway configs both have them)."""
-
-    @property
-    def max_recv_msg_bytes(self) -> int:
-        """Largest inbound message in bytes."""
-
-    @property
-    def max_send_msg_bytes(self) -> int:
-        """Largest outbound message in bytes."""
-
-    @property
-    def keepalive_time_seconds(self) -> float:
-        """Interval of server keepalive pings (0 = none)."""
-
-    @property
-    def keepalive_timeout_seconds(self) -> float:
-        """How long a ping may go unanswered."""
-
-    @property
-    def min_client_ping_interval_seconds(self) -> float:
-        """Shortest ping interval accepted from clients."""
-
-    @property
-    def max_connection_age_seconds(self) -> float:
-        """Connection age after which it is closed (0 = never)."""
 
 
 class RpcRegistry(Protocol):
@@ -121,42 +89,6 @@ class TlsSettings(Protocol):
     @property
     def client_ca_file(self) -> str:
         """PEM CA that client certificates must chain to ("" = no mTLS)."""
-
-
-def grpc_server_options(config: GrpcSettings) -> list[tuple[str, int]]:
-    """Message limits and keepalive of a gRPC server (05 §Transport)."""
-    options = [
-        ("grpc.max_receive_message_length", config.max_recv_msg_bytes),
-        ("grpc.max_send_message_length", config.max_send_msg_bytes),
-        ("grpc.keepalive_timeout_ms", round(config.keepalive_timeout_seconds * 1000)),
-        ("grpc.keepalive_permit_without_calls", 1),
-        (
-            "grpc.http2.min_recv_ping_interval_without_data_ms",
-            round(config.min_client_ping_interval_seconds * 1000),
-        ),
-        ("grpc.http2.max_ping_strikes", 0),
-        # A port already in use must fail the bind, not be shared silently.
-        ("grpc.so_reuseport", 0),
-    ]
-    if config.keepalive_time_seconds > 0:
-        options.append(("grpc.keepalive_time_ms", round(config.keepalive_time_seconds * 1000)))
-    if config.max_connection_age_seconds > 0:
-        options.append(
-            ("grpc.max_connection_age_ms", round(config.max_connection_age_seconds * 1000))
-        )
-    return options
-
-
-def server_credentials(tls: TlsSettings) -> grpc.ServerCredentials | None:
-    """TLS credentials when a certificate is configured; mTLS with ``client_ca_file``."""
-    if not tls.cert_file:
-        return None
-    key = Path(tls.key_file).read_bytes()
-    cert = Path(tls.cert_file).read_bytes()
-    ca = Path(tls.client_ca_file).read_bytes() if tls.client_ca_file else None
-    return grpc.ssl_server_credentials(
-        [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
-    )
 
 
 def front_tls(tls: TlsSettings) -> FrontTls | None:

@@ -212,6 +212,8 @@ class GatewayGrpcConfig:
         536870912, check=between(0, MAX_GRPC_MESSAGE_BYTES, lo_open=True)
     )
     max_concurrent_requests_per_worker: int = setting(64, check=between(0))
+    # As the worker's: the native front answers clients' pings and keeps idle connections
+    # open; these four load but are not enforced.
     keepalive_time_seconds: float = setting(60.0, check=between(0))
     keepalive_timeout_seconds: float = setting(20.0, check=between(0, lo_open=True))
     min_client_ping_interval_seconds: float = setting(10.0, check=between(0))
