@@ -131,6 +131,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=float, default=0.5)
     parser.add_argument("--startup-timeout", type=float, default=300.0)
     parser.add_argument("--quick", action="store_true", help="smoke run: 1.5 s windows")
+    parser.add_argument("--suite", action="store_true", help="`nox -s bench` size (~30 s)")
     return parser
 
 
@@ -139,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.quick:
         args.duration, args.warmup, args.threads = 1.5, 0.3, args.threads[:2]
+    elif args.suite:
+        args.duration = 3.0
     client_cpus, server_cpus = split_cpus(args.client_share)
     if not args.client_procs:
         args.client_procs = len(client_cpus)
