@@ -118,7 +118,10 @@ class GrpcApp:
     ) -> None:
         gate = self.methods.gates.get(path)
         if gate is not None and (refusal := gate()) is not None:
-            # Refused before its request is read or parsed: a flood costs little.
+            # Refused before its request is parsed: a flood costs little. The body is still
+            # taken off the stream (usually one receive), so the server ends it cleanly
+            # instead of resetting a stream the client is still writing.
+            await _drain(receive)
             await finish(send, False, grpc.StatusCode.RESOURCE_EXHAUSTED, refusal, ())
             return
         method = self.methods.find(path)
