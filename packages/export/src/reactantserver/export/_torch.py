@@ -19,13 +19,14 @@ from typing import Any
 
 import numpy as np
 
+from reactantserver.core.dtypes import DType
 from reactantserver.export._errors import ExportError
 
 __all__ = ["TORCH_EXTRA_HINT", "export_torch", "torch_modules"]
 
 TORCH_EXTRA_HINT = (
-    "pip install 'reactantserver-export[torch]' (torch>=2.13 and torchax>=0.0.14.dev20261026; "
-    "torchax 0.0.13, the newest release, fails to import with torch 2.13)"
+    "pip install 'reactantserver-export[torch]' (torch==2.12.1 and torchax==0.0.13; "
+    "torchax 0.0.13 fails to import with torch 2.13 and newer)"
 )
 """How to install what the PyTorch path needs."""
 
@@ -57,6 +58,13 @@ def _host(torch: Any, tensor: Any) -> np.ndarray[Any, Any]:
 
         return np.asarray(tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16))
     return np.asarray(tensor.numpy())
+
+
+def _zeros(torch: Any, shape: tuple[int, ...], dtype: DType) -> Any:
+    """A zero example input; torch.from_numpy knows no bfloat16, so that one is made by torch."""
+    if dtype is DType.BF16:
+        return torch.zeros(shape, dtype=torch.bfloat16)
+    return torch.from_numpy(np.zeros(shape, dtype.numpy))
 
 
 def _as_flat_call(func: Callable[..., Any]) -> Callable[[Sequence[Any], Sequence[Any]], Any]:
@@ -135,9 +143,7 @@ def export_torch(
     sizes = checked_batch_sizes(decls, batch_sizes) or [0]
     captured: dict[int, tuple[list[str], list[np.ndarray[Any, Any]], Callable[..., Any]]] = {}
     for batch in sizes:
-        example = tuple(
-            torch.from_numpy(np.zeros(d.concrete_shape(batch, {}), d.dtype.numpy)) for d in decls
-        )
+        example = tuple(_zeros(torch, d.concrete_shape(batch, {}), d.dtype) for d in decls)
         try:
             with warnings.catch_warnings(), torch.no_grad():
                 warnings.simplefilter("ignore", FutureWarning)
