@@ -24,9 +24,7 @@ def all_examples() -> list[str]:
 
 def missing_requirements(name: str) -> list[str]:
     """The import names ``examples.<name>`` declares in ``REQUIRES`` that are not importable."""
-    requires: tuple[str, ...] = getattr(
-        importlib.import_module(f"examples.{name}"), "REQUIRES", ()
-    )
+    requires: tuple[str, ...] = getattr(importlib.import_module(f"examples.{name}"), "REQUIRES", ())
     return [module for module in requires if importlib.util.find_spec(module) is None]
 
 

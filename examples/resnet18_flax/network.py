@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import jax
 from flax import nnx
 
 __all__ = ["CLASSES", "SEED", "ResNet", "forward", "resnet18", "resnet50"]
@@ -32,7 +31,7 @@ def _conv(cin: int, cout: int, kernel: int, stride: int, rngs: nnx.Rngs) -> nnx.
     )
 
 
-class BasicBlock(nnx.Module):
+class BasicBlock(nnx.Module):  # type: ignore[misc]
     """Two 3x3 convolutions with a shortcut (ResNet-18/34)."""
 
     expansion = 1
@@ -44,14 +43,14 @@ class BasicBlock(nnx.Module):
         self.bn2 = nnx.BatchNorm(width, rngs=rngs)
         self.down = _shortcut(cin, width, stride, rngs)
 
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: Any) -> Any:
         """The block's output for ``x`` f32[n,h,w,cin]."""
         y = nnx.relu(self.bn1(self.conv1(x)))
         y = self.bn2(self.conv2(y))
         return nnx.relu(y + (x if self.down is None else self.down(x)))
 
 
-class Bottleneck(nnx.Module):
+class Bottleneck(nnx.Module):  # type: ignore[misc]
     """1x1 reduce, 3x3, 1x1 expand (x4), with a shortcut (ResNet-50 and deeper)."""
 
     expansion = 4
@@ -65,7 +64,7 @@ class Bottleneck(nnx.Module):
         self.bn3 = nnx.BatchNorm(width * 4, rngs=rngs)
         self.down = _shortcut(cin, width * 4, stride, rngs)
 
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: Any) -> Any:
         """The block's output for ``x`` f32[n,h,w,cin]."""
         y = nnx.relu(self.bn1(self.conv1(x)))
         y = nnx.relu(self.bn2(self.conv2(y)))
@@ -73,12 +72,12 @@ class Bottleneck(nnx.Module):
         return nnx.relu(y + (x if self.down is None else self.down(x)))
 
 
-class _Shortcut(nnx.Module):
+class _Shortcut(nnx.Module):  # type: ignore[misc]
     def __init__(self, cin: int, cout: int, stride: int, rngs: nnx.Rngs) -> None:
         self.conv = _conv(cin, cout, 1, stride, rngs)
         self.bn = nnx.BatchNorm(cout, rngs=rngs)
 
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: Any) -> Any:
         return self.bn(self.conv(x))
 
 
@@ -86,7 +85,7 @@ def _shortcut(cin: int, cout: int, stride: int, rngs: nnx.Rngs) -> _Shortcut | N
     return _Shortcut(cin, cout, stride, rngs) if stride != 1 or cin != cout else None
 
 
-class ResNet(nnx.Module):
+class ResNet(nnx.Module):  # type: ignore[misc]
     """A ResNet: 7x7 stem, max-pool, four stages of ``block``, global mean, dense head."""
 
     def __init__(
@@ -110,7 +109,7 @@ class ResNet(nnx.Module):
         self.blocks = nnx.List(blocks)
         self.head = nnx.Linear(cin, classes, rngs=rngs)
 
-    def __call__(self, image: jax.Array) -> jax.Array:
+    def __call__(self, image: Any) -> Any:
         """Logits f32[n, classes] for a normalised ``image`` f32[n,h,w,3]."""
         x = nnx.relu(self.stem_bn(self.stem(image)))
         x = nnx.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))

@@ -150,11 +150,7 @@ def _torch_entry(family: str, dtype: Dtype) -> ZooModel:
 
 def torch_zoo() -> list[ZooModel]:
     """The PyTorch entries (torchvision, timm and the U-Net), f32 and bf16."""
-    return [
-        _torch_entry(family, dtype)
-        for family in _torch_models()
-        for dtype in ("f32", "bf16")
-    ]
+    return [_torch_entry(family, dtype) for family in _torch_models() for dtype in ("f32", "bf16")]
 
 
 def _flax_entry(family: str, dtype: Dtype) -> ZooModel:

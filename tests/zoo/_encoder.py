@@ -7,13 +7,15 @@ dense head.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 from flax import nnx
 
 __all__ = ["Encoder", "encoder"]
 
 
-class _Block(nnx.Module):
+class _Block(nnx.Module):  # type: ignore[misc]
     def __init__(self, dim: int, heads: int, rngs: nnx.Rngs) -> None:
         self.norm1 = nnx.LayerNorm(dim, rngs=rngs)
         self.attention = nnx.MultiHeadAttention(
@@ -23,12 +25,12 @@ class _Block(nnx.Module):
         self.up = nnx.Linear(dim, dim * 4, rngs=rngs)
         self.down = nnx.Linear(dim * 4, dim, rngs=rngs)
 
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: Any) -> Any:
         x = x + self.attention(self.norm1(x))
         return x + self.down(nnx.gelu(self.up(self.norm2(x))))
 
 
-class Encoder(nnx.Module):
+class Encoder(nnx.Module):  # type: ignore[misc]
     """Embeddings, ``layers`` encoder blocks, mean pooling, a classifier head."""
 
     def __init__(
@@ -48,7 +50,7 @@ class Encoder(nnx.Module):
         self.norm = nnx.LayerNorm(dim, rngs=rngs)
         self.head = nnx.Linear(dim, classes, rngs=rngs)
 
-    def __call__(self, tokens: jax.Array) -> jax.Array:
+    def __call__(self, tokens: Any) -> Any:
         """Logits f32[n, classes] for ``tokens`` i32[n, l] (l <= length)."""
         x = self.tokens(tokens) + self.positions[...][: tokens.shape[1]]
         for block in self.blocks:
