@@ -67,9 +67,23 @@ def _zeros(torch: Any, shape: tuple[int, ...], dtype: DType) -> Any:
     return torch.from_numpy(np.zeros(shape, dtype.numpy))
 
 
+def _traced(func: Callable[..., Any], states: list[Any], xs: tuple[Any, ...]) -> Any:
+    """``func(states, xs)`` without the int64 truncation warning of torchax's lowerings.
+
+    Index arithmetic in aten (nearest interpolation, gathers) asks for int64; the export runs
+    without jax_enable_x64 unless a tensor of the bundle is 64-bit, and jax then computes those
+    indices in int32, which holds any index of a servable tensor.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="Explicitly requested dtype int64", category=UserWarning
+        )
+        return func(states, xs)
+
+
 def _as_flat_call(func: Callable[..., Any]) -> Callable[[Sequence[Any], Sequence[Any]], Any]:
     """torchax's ``func(states, inputs)`` as the exporter's ``call(weights, inputs)``."""
-    return lambda weights, xs: func(list(weights), tuple(xs))
+    return lambda weights, xs: _traced(func, list(weights), tuple(xs))
 
 
 def _used_states(
@@ -178,7 +192,7 @@ def export_torch(
             states: list[Any] = [np.zeros_like(a) for a in first_arrays]
             for position, weight in zip(kept, weights, strict=True):
                 states[position] = weight
-            return func(states, tuple(xs))
+            return _traced(func, states, tuple(xs))
 
         return call
 
