@@ -1,4 +1,5 @@
-"""``make serve`` from a fresh clone: install, export, serve every example, stop on Ctrl-C.
+"""``make serve`` from a fresh clone: install, export, serve every example its venv can export
+(flax always; the torch examples with TORCH=1), stop on Ctrl-C.
 
 The clone gets its own virtual environment (``make`` creates it; pip may reuse its cache), its
 own public ports through the node's listen overrides and its own cache and runtime directories.
