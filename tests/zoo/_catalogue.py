@@ -1,9 +1,9 @@
 """The model zoo: each entry builds a framework model with seeded random weights, exports it,
 and gives its eager reference.
 
-Every family comes in f32 and bf16. A bf16 entry computes in bf16 with bf16 weights but keeps
-the client's tensors in f32: the input is cast to bf16 and the output back to f32 inside the
-exported function, as a deployment would do. ``REACTANT_ZOO_FULL=1`` uses the full input sizes
+Every family comes in f32 and bf16 (parity bounds below). A bf16 entry computes in bf16 with
+bf16 weights but keeps the client's tensors in f32: the input is cast to bf16 and the output
+back to f32 inside the exported function, as a deployment would do. ``REACTANT_ZOO_FULL=1`` uses the full input sizes
 (224x224 images, 128 tokens); CI runs the small ones (64x64, ViT-B/16 at 32x32, 32 tokens),
 which compile and run the same graphs at a fraction of the time.
 """
@@ -24,13 +24,20 @@ SEED = 0
 BATCH_SIZES = (1, 8, 32)
 FULL = os.environ.get("REACTANT_ZOO_FULL") == "1"
 """Full input sizes (the benchmark's), else the small CI sizes."""
-TOLERANCE = {"f32": 1e-4, "bf16": 5e-2}
-"""Parity bound: max |served - eager| <= TOLERANCE * max |eager|, per output and batch size.
+F32_TOLERANCE = 1e-4
+"""f32 parity: max |served - eager| <= F32_TOLERANCE * max |eager|, per output and batch size.
 
-Relative to the output's scale because random weights give logits anywhere from 1e-9
-(MobileNetV3's classifier init) to 1e2 (ResNet-50 without trained BatchNorm statistics).
-bf16 is compared with the framework's own bf16 eager run, so the bound covers the two
-programs accumulating in different orders, not the bf16 rounding of an f32 model."""
+Relative to the output's scale because random weights give logits anywhere from 1e-1 to 1e3.
+"""
+BF16_FLOOR = 5e-2
+BF16_FACTOR = 3.0
+"""bf16 parity: the served bf16 output is compared with the framework's *f32* eager output and
+may be off by max(BF16_FLOOR, BF16_FACTOR x the framework's own bf16 error) x max |eager|,
+where the framework's own bf16 error is max |eager bf16 - eager f32| / max |eager f32| on the
+same input. Random CNNs whose BatchNorm statistics make every layer unit-scale amplify bf16
+rounding layer by layer: PyTorch's own bf16 ResNet-50 is ~30% off its f32 output, MobileNetV3
+and EfficientNet-B0 ~10%, so a fixed bound would measure the random weights, not the export.
+Where bf16 is well-behaved (ViT, U-Net, ConvNeXt, the Flax models: ~1%) the floor applies."""
 
 Dtype = Literal["f32", "bf16"]
 
@@ -47,17 +54,23 @@ class ZooModel:
     export: Callable[[Path], Path]
     """Writes the bundle into the model directory it is given; returns its path."""
     eager: Callable[[np.ndarray[Any, Any]], np.ndarray[Any, Any]]
-    """The framework's own eager output (f32 NumPy) for one input batch."""
+    """The framework's own eager output (f32 NumPy) for one input batch, at ``dtype``."""
+    eager_f32: Callable[[np.ndarray[Any, Any]], np.ndarray[Any, Any]]
+    """The same model's eager output in f32 (``eager`` itself for an f32 entry)."""
 
     @property
     def name(self) -> str:
         """The bundle (model) name."""
         return f"{self.family}_{self.dtype}"
 
-    @property
-    def tolerance(self) -> float:
-        """The parity bound, relative to the output's largest magnitude."""
-        return TOLERANCE[self.dtype]
+    def tolerance(self, x: np.ndarray[Any, Any]) -> float:
+        """The parity bound for input ``x`` against :attr:`eager_f32`, relative to the
+        output's largest magnitude."""
+        if self.dtype == "f32":
+            return F32_TOLERANCE
+        want = self.eager_f32(x)
+        own = float(np.abs(self.eager(x) - want).max() / np.abs(want).max())
+        return max(BF16_FLOOR, BF16_FACTOR * own)
 
 
 def _size(small: int, full: int = 224) -> int:
@@ -130,8 +143,6 @@ def _torch_entry(family: str, dtype: Dtype) -> ZooModel:
     def build() -> Any:
         return Bf16(factory()).eval() if dtype == "bf16" else factory()
 
-    built: list[Any] = []
-
     def export(models: Path) -> Path:
         return export_torch(
             build,
@@ -143,14 +154,21 @@ def _torch_entry(family: str, dtype: Dtype) -> ZooModel:
             progress=False,
         )
 
-    def eager(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        if not built:
-            built.append(build())
-        with torch.no_grad():
-            out = built[0](torch.from_numpy(np.ascontiguousarray(x)))
-        return np.asarray(out.float().numpy())
+    def runner(make: Callable[[], Any]) -> Callable[[np.ndarray[Any, Any]], np.ndarray[Any, Any]]:
+        built: list[Any] = []
 
-    return ZooModel(family, "torch", dtype, (spec,), (output,), export, eager)
+        def eager(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+            if not built:
+                built.append(make())
+            with torch.no_grad():
+                out = built[0](torch.from_numpy(np.ascontiguousarray(x)))
+            return np.asarray(out.float().numpy())
+
+        return eager
+
+    eager = runner(build)
+    eager_f32 = runner(factory) if dtype == "bf16" else eager
+    return ZooModel(family, "torch", dtype, (spec,), (output,), export, eager, eager_f32)
 
 
 def torch_zoo() -> list[ZooModel]:
@@ -163,8 +181,7 @@ def _flax_entry(family: str, dtype: Dtype) -> ZooModel:
     import jax.numpy as jnp
 
     from examples.resnet18_flax.network import resnet18
-    from reactantserver.export import export_flax, export_jax
-    from reactantserver.export._flax import flax_function
+    from reactantserver.export import export_flax, export_jax, flax_function
     from tests.zoo._encoder import encoder
 
     if family == "resnet18_flax":
@@ -209,12 +226,15 @@ def _flax_entry(family: str, dtype: Dtype) -> ZooModel:
             progress=False,
         )
 
-    def eager(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    def eager_f32(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         # NNX modules run op by op outside jit: the framework's eager mode.
-        out = model(jnp.asarray(x)) if dtype == "f32" else forward16(params16, jnp.asarray(x))
-        return np.asarray(out, np.float32)
+        return np.asarray(model(jnp.asarray(x)), np.float32)
 
-    return ZooModel(family, "flax", dtype, (spec,), (output,), export, eager)
+    def eager16(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        return np.asarray(forward16(params16, jnp.asarray(x)), np.float32)
+
+    eager = eager_f32 if dtype == "f32" else eager16
+    return ZooModel(family, "flax", dtype, (spec,), (output,), export, eager, eager_f32)
 
 
 def flax_zoo() -> list[ZooModel]:

@@ -41,8 +41,8 @@ class Net(nnx.Module):  # type: ignore[misc]
 def build() -> Net:
     """The CLI's factory."""
     net = Net()
-    net.norm.mean.value = np.linspace(-0.5, 0.5, 5, dtype=np.float32)
-    net.norm.var.value = np.linspace(0.5, 1.5, 5, dtype=np.float32)
+    net.norm.mean[...] = np.linspace(-0.5, 0.5, 5, dtype=np.float32)
+    net.norm.var[...] = np.linspace(0.5, 1.5, 5, dtype=np.float32)
     return net
 
 

@@ -26,7 +26,7 @@ from reactantserver.export._spec import TensorDecl, parse_tensor_spec
 
 if TYPE_CHECKING:
     from reactantserver.export._export import export_jax
-    from reactantserver.export._flax import export_flax
+    from reactantserver.export._flax import export_flax, flax_function
     from reactantserver.export._torch import export_torch
     from reactantserver.export._validate import validate
 
@@ -44,6 +44,7 @@ __all__ = [
     "export_flax",
     "export_jax",
     "export_torch",
+    "flax_function",
     "load_params",
     "parse_tensor_spec",
     "validate",
@@ -55,6 +56,7 @@ _LAZY = {
     "export_flax": "reactantserver.export._flax",
     "export_jax": "reactantserver.export._export",
     "export_torch": "reactantserver.export._torch",
+    "flax_function": "reactantserver.export._flax",
     "validate": "reactantserver.export._validate",
 }
 
