@@ -3,9 +3,10 @@ and gives its eager reference.
 
 Every family comes in f32 and bf16 (parity bounds below). A bf16 entry computes in bf16 with
 bf16 weights but keeps the client's tensors in f32: the input is cast to bf16 and the output
-back to f32 inside the exported function, as a deployment would do. ``REACTANT_ZOO_FULL=1`` uses the full input sizes
-(224x224 images, 128 tokens); CI runs the small ones (64x64, ViT-B/16 at 32x32, 32 tokens),
-which compile and run the same graphs at a fraction of the time.
+back to f32 inside the exported function, as a deployment would do. ``REACTANT_ZOO_FULL=1``
+uses the full input sizes (224x224 images, U-Net 256x256, 128 tokens); CI runs the small ones
+(64x64, ViT-B/16 at 32x32, 32 tokens), which compile and run the same graphs in a fraction of
+the time.
 """
 
 from __future__ import annotations
