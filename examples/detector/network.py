@@ -65,13 +65,14 @@ def calibrate_batchnorm(network: Any, images: Any) -> None:
     With its initial statistics (mean 0, variance 1) a random MobileNetV3 shrinks its
     activations layer by layer, to ~1e-8 at the FPN; the box head would then see the same
     near-zero regions whatever the image. One pass over random images in train mode gives
-    the layers the scale a trained network has.
+    the layers the scale a trained network has (only the BatchNorm layers are in train mode).
     """
+    network.eval()  # dropout and stochastic depth stay off: the statistics eval mode will see
     for layer in network.modules():
         if isinstance(layer, nn.modules.batchnorm._BatchNorm):
             layer.reset_running_stats()
             layer.momentum = None  # a cumulative average: this one batch
-    network.train()
+            layer.train()
     with torch.no_grad():
         network(images)
     network.eval()
