@@ -8,7 +8,8 @@ Sessions:
   lint             ruff (lint + format check) and mypy
   proto            regenerate the checked-in protobuf code and fail if it differs from git
   zoo              the model zoo (PyTorch and Flax models, the detector, the framework examples)
-                   with the torch and flax extras; ~2 min of installs, ~10 min of tests
+                   with the torch and flax extras: ~2.5 min of installs into a fresh venv (torch
+                   2.12.1 with its CUDA wheels, ~6 GB), ~7 min of tests on 2 cores
   bench            the benchmark suite (not in the default sessions; ~15 min on 2 cores)
   soak             the soak test at full size, 100,000 requests (not in the default sessions)
 """
