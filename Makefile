@@ -1,5 +1,6 @@
 # Two commands from a fresh clone with only Python >= 3.11 and pip:
 #   make serve   install everything, export the demo bundles, start the node on :8001/:8002
+#                (TORCH=1 adds the PyTorch example: the torch extra and torchvision)
 #   make test    run every check CI runs (nox -s tests)
 
 PYTHON ?= python3
@@ -14,12 +15,20 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# The export extras the shipped examples use: flax always (small); the torch extra and
+# torchvision only with TORCH=1 (several GB: `make serve TORCH=1` adds examples/resnet50_torch).
+comma := ,
+EXPORT_EXTRAS := flax$(if $(TORCH),$(comma)torch)
+TORCH_EXTRAS := $(if $(TORCH),'torchvision==0.27.1')
+INSTALLED := $(VENV)/.installed$(if $(TORCH),-torch)
+
 # One pip call for all six, so the exact sibling pins resolve against the editable checkouts.
-$(VENV)/.installed: $(BIN)/python $(foreach p,$(PACKAGES),packages/$(p)/pyproject.toml)
-	$(BIN)/pip install $(foreach p,$(PACKAGES),-e packages/$(p))
+$(INSTALLED): $(BIN)/python $(foreach p,$(PACKAGES),packages/$(p)/pyproject.toml)
+	$(BIN)/pip install $(foreach p,$(filter-out export,$(PACKAGES)),-e packages/$(p)) \
+		-e 'packages/export[$(EXPORT_EXTRAS)]' $(TORCH_EXTRAS)
 	touch $@
 
-install: $(VENV)/.installed
+install: $(INSTALLED)
 
 serve: install
 	$(BIN)/python tools/serve.py --venv $(VENV) --models $(MODELS)

@@ -7,6 +7,9 @@ Sessions:
                    gateway and node leave jax out of sys.modules
   lint             ruff (lint + format check) and mypy
   proto            regenerate the checked-in protobuf code and fail if it differs from git
+  zoo              the model zoo (PyTorch and Flax models, the detector, the framework examples)
+                   with the torch and flax extras: ~2.5 min of installs into a fresh venv (torch
+                   2.12.1 with its CUDA wheels, ~6 GB), ~7 min of tests on 2 cores
   bench            the benchmark suite (not in the default sessions; ~15 min on 2 cores)
   soak             the soak test at full size, 100,000 requests (not in the default sessions)
 """
@@ -25,6 +28,7 @@ JAX_FREE = ("core", "client", "gateway", "node")
 TEST_REQUIREMENTS = ROOT / "requirements" / "test.txt"
 PROTO_REQUIREMENTS = ROOT / "requirements" / "proto.txt"
 LINT_REQUIREMENTS = ROOT / "requirements" / "lint.txt"
+ZOO_REQUIREMENTS = ROOT / "requirements" / "zoo.txt"
 BENCH_REQUIREMENTS = ROOT / "requirements" / "bench.txt"
 PROTO_OUT = str(ROOT / "packages/core/src")
 PROTO_GENERATED = "packages/core/src/reactantserver/core/_proto"
@@ -51,10 +55,12 @@ def _closure(package: str) -> list[str]:
     return order
 
 
-def _editable_all() -> list[str]:
+def _editable_all(extras: dict[str, str] | None = None) -> list[str]:
+    """``-e packages/<name>`` for every distribution, ``[extras]`` where ``extras`` names some."""
     args: list[str] = []
     for name in PACKAGES:
-        args += ["-e", f"packages/{name}"]
+        chosen = (extras or {}).get(name)
+        args += ["-e", f"packages/{name}[{chosen}]" if chosen else f"packages/{name}"]
     return args
 
 
@@ -67,8 +73,29 @@ def tests(session: nox.Session) -> None:
         # "everything": the isolation, lint and proto checks run after the suite.
         for package in PACKAGES:
             session.notify(f"walls(package='{package}')")
+        session.notify("zoo")
         session.notify("lint")
         session.notify("proto")
+
+
+@nox.session(reuse_venv=True)
+def zoo(session: nox.Session) -> None:
+    """The model zoo and the framework examples with the torch and flax extras installed.
+
+    torch with its CUDA libraries is several GB: the venv is reused between local runs, and
+    pip's cache keeps the wheels for a fresh one. ``REACTANT_ZOO=1`` turns the zoo's
+    missing-framework skips into errors; ``REACTANT_ZOO_FULL=1`` (passed through) runs the
+    full input sizes.
+    """
+    session.install(*_editable_all({"export": "torch,flax"}), "-r", str(ZOO_REQUIREMENTS))
+    session.run(
+        "pytest",
+        "tests/zoo",
+        "packages/export/tests/test_torch.py",
+        "packages/export/tests/test_flax.py",
+        *session.posargs,
+        env={"REACTANT_ZOO": "1"},
+    )
 
 
 def _package_session(name: str) -> None:

@@ -169,7 +169,9 @@ print(json.dumps({"imports_s": t1 - t0, "load_s": t3 - t2, "compiles": cache.cou
 
 
 def _examples() -> list[str]:
-    return sorted(script.parent.name for script in (ROOT / "examples").glob("*/export.py"))
+    from examples._available import available_examples
+
+    return available_examples()
 
 
 def bench_startup(models: Path, workdir: Path) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""``make serve`` from a fresh clone: install, export, serve every example, stop on Ctrl-C.
+"""``make serve`` from a fresh clone: install, export, serve every example its venv can export
+(flax always; the torch examples with TORCH=1), stop on Ctrl-C.
 
 The clone gets its own virtual environment (``make`` creates it; pip may reuse its cache), its
 own public ports through the node's listen overrides and its own cache and runtime directories.
@@ -127,7 +128,18 @@ def test_make_serve_from_a_fresh_clone(tmp_path: Path) -> None:
         assert f"localhost:{grpc_port}" in text or f"127.0.0.1:{grpc_port}" in text
         assert "tritonclient.grpc" in text
 
-        examples = sorted(p.parent.name for p in (clone / "examples").glob("*/export.py"))
+        # Every example whose framework the clone's venv has (flax always; torch with TORCH=1).
+        available = subprocess.run(
+            [str(clone / ".venv" / "bin" / "python"), "-m", "examples._available"],
+            cwd=clone,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        examples = available.stdout.split()
+        assert "resnet18_flax" in examples, available
+        if "resnet50_torch" not in examples:
+            assert "skipping examples/resnet50_torch: needs torch" in text, text[-6000:]
         with grpcclient.InferenceServerClient(url) as client:
             index = {m["name"] for m in client.get_model_repository_index(as_json=True)["models"]}
             served = [name for name in examples if name in index]

@@ -103,7 +103,7 @@ def test_dependencies_stay_inside_the_walls(package: str) -> None:
 def test_extras_of_the_package_map() -> None:
     assert set(_meta("worker")["optional-dependencies"]) == {"cuda12", "cuda13"}
     assert set(_meta("node")["optional-dependencies"]) == {"worker"}
-    assert set(_meta("export")["optional-dependencies"]) == {"torch", "validate"}
+    assert set(_meta("export")["optional-dependencies"]) == {"flax", "torch", "validate"}
 
 
 @pytest.mark.parametrize("package", PACKAGES)

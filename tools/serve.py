@@ -1,7 +1,9 @@
 """``make serve``: export the demo bundles, then run the node on them (CPU, :8001/:8002).
 
-Each ``examples/<name>/export.py`` is run as ``python -m examples.<name>.export --out DIR``
-(weights from a fixed seed, no downloads); then ``reactantserver-node`` supervises one CPU
+Each available ``examples/<name>/export.py`` is run as ``python -m examples.<name>.export --out
+DIR`` (weights from a fixed seed, no downloads); an example whose framework is not installed
+(``resnet50_torch`` needs the ``torch`` extra: ``make serve TORCH=1``) is skipped with a line
+saying so. Then ``reactantserver-node`` supervises one CPU
 worker over DIR. Once the node answers its healthcheck, this prints where to connect and a
 tritonclient snippet to paste. Ctrl-C (SIGINT) or SIGTERM stops the node and everything under
 it; the exit status is the node's. The public addresses follow the node's own overrides,
@@ -43,8 +45,19 @@ def _say(message: str) -> None:
     print(f"make serve: {message}", flush=True)
 
 
+def _available(python: str) -> list[str]:
+    """The examples the venv can export (``examples._available``); says which it cannot."""
+    done = subprocess.run(
+        [python, "-m", "examples._available"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    for line in done.stderr.splitlines():
+        if ": needs " in line:
+            _say(f"skipping examples/{line} (make serve TORCH=1 installs the torch extra)")
+    return done.stdout.split()
+
+
 def _export(python: str, models: Path) -> int:
-    for name in sorted(p.parent.name for p in (ROOT / "examples").glob("*/export.py")):
+    for name in _available(python):
         _say(f"exporting examples/{name} into {models}")
         done = subprocess.run(
             [python, "-m", f"examples.{name}.export", "--out", str(models)], cwd=ROOT, check=False

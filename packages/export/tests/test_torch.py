@@ -1,17 +1,21 @@
 """The PyTorch path (extra ``torch``): torch.export + torchax -> bundle -> validate.
 
-Skipped where torch is not importable (the development environment keeps torch out; the
-path was checked in a separate environment with torch 2.13 and torchax 0.0.14.dev).
+Skipped where torch is not importable (``nox -s tests`` keeps torch out); ``nox -s zoo``
+installs the extra (torch 2.12.1, torchax 0.0.13) and fails instead of skipping.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+if os.environ.get("REACTANT_ZOO") == "1":
+    import torch as _torch  # noqa: F401 - a missing torch is an error under nox -s zoo
+    import torchax as _torchax  # noqa: F401
 torch: Any = pytest.importorskip("torch")
 pytest.importorskip("torchax")
 

@@ -1,4 +1,4 @@
-"""Turns JAX (and PyTorch) models into ReactantServer bundles, and validates bundles.
+"""Turns JAX (Flax, PyTorch) models into ReactantServer bundles, and validates bundles.
 
 The CLI ``reactantserver-export`` is a thin wrapper over this API (11-export.md)::
 
@@ -26,6 +26,7 @@ from reactantserver.export._spec import TensorDecl, parse_tensor_spec
 
 if TYPE_CHECKING:
     from reactantserver.export._export import export_jax
+    from reactantserver.export._flax import export_flax, flax_function
     from reactantserver.export._torch import export_torch
     from reactantserver.export._validate import validate
 
@@ -40,18 +41,22 @@ __all__ = [
     "UnservableError",
     "ValidationReport",
     "__version__",
+    "export_flax",
     "export_jax",
     "export_torch",
+    "flax_function",
     "load_params",
     "parse_tensor_spec",
     "validate",
     "write_bundle",
 ]
 
-# Names whose modules import jax (or torch) at import time: loaded on first use.
+# Names whose modules import jax (flax, torch) at import time: loaded on first use.
 _LAZY = {
+    "export_flax": "reactantserver.export._flax",
     "export_jax": "reactantserver.export._export",
     "export_torch": "reactantserver.export._torch",
+    "flax_function": "reactantserver.export._flax",
     "validate": "reactantserver.export._validate",
 }
 

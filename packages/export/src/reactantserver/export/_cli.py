@@ -99,7 +99,7 @@ def _add_bundle_options(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``reactantserver-export``."""
     parser = argparse.ArgumentParser(
-        prog=_PROG, description="Export JAX/PyTorch models as ReactantServer bundles."
+        prog=_PROG, description="Export JAX/Flax/PyTorch models as ReactantServer bundles."
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -128,6 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--strict", action="store_true", help="strict (TorchDynamo) torch.export capture"
     )
     _add_bundle_options(torch_cmd)
+
+    flax_cmd = commands.add_parser("flax", help="export a Flax NNX module (extra flax)")
+    flax_cmd.add_argument("target", metavar="MODULE:ATTR")
+    _add_bundle_options(flax_cmd)
 
     check = commands.add_parser("validate", help="compile, run and check a bundle")
     check.add_argument("bundle", type=Path, metavar="DIR")
@@ -192,6 +196,18 @@ def _run_torch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_flax(args: argparse.Namespace) -> int:
+    from reactantserver.export._flax import export_flax, nnx_module
+
+    nnx_module()
+    from reactantserver.export._params import import_object
+
+    module = import_object(args.target)
+    path = export_flax(module, args.input, **_bundle_kwargs(args))
+    print(f"exported {path}")
+    return 0
+
+
 def _run_validate(args: argparse.Namespace) -> int:
     from reactantserver.export._params import import_object, load_params
 
@@ -224,7 +240,12 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     logging.basicConfig(level=logging.WARNING, format=f"{_PROG}: %(levelname)s: %(message)s")
-    handlers = {"jax": _run_jax, "torch": _run_torch, "validate": _run_validate}
+    handlers = {
+        "jax": _run_jax,
+        "torch": _run_torch,
+        "flax": _run_flax,
+        "validate": _run_validate,
+    }
     try:
         return handlers[args.command](args)
     except ExportError as exc:

@@ -33,7 +33,14 @@ from reactantserver.export._spec import TensorDecl, as_decls
 from reactantserver.export._template import hooks_template
 from reactantserver.export._weights_file import as_weight
 
-__all__ = ["bundle_path", "checked_batch_sizes", "export_flat", "export_jax", "needs_x64"]
+__all__ = [
+    "bundle_path",
+    "checked_batch_sizes",
+    "export_flat",
+    "export_jax",
+    "needs_x64",
+    "source_dir_of",
+]
 
 _log = logging.getLogger("reactantserver.export")
 _WIDE = frozenset({DType.I64, DType.U64, DType.F64})
@@ -103,7 +110,8 @@ def _entry_of(fn: Any) -> str:
     return f"{module}:{name}"
 
 
-def _source_dir(fn: Any) -> Path | None:
+def source_dir_of(fn: Any) -> Path | None:
+    """The folder of ``fn``'s source file (git provenance is read there), if it has one."""
     try:
         source = inspect.getsourcefile(inspect.unwrap(fn))
     except TypeError:
@@ -291,7 +299,7 @@ def export_jax(  # noqa: PLR0917 - the signature of 11 §Python API
         out,
         entry=_entry_of(fn),
         source_framework="jax",
-        source_dir=_source_dir(fn),
+        source_dir=source_dir_of(fn),
         platform=platform,
         name=name,
         with_hooks=with_hooks,

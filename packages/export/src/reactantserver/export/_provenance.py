@@ -119,6 +119,8 @@ def collect_provenance(
     if source_framework == "pytorch":
         keys["torch_version"] = _version("torch")
         keys["torchax_version"] = _version("torchax")
+    if source_framework == "flax":
+        keys["flax_version"] = _version("flax")
     files: dict[str, bytes] = {}
     try:
         git_keys, files = _git_facts(source_dir or Path.cwd())

@@ -19,13 +19,14 @@ from typing import Any
 
 import numpy as np
 
+from reactantserver.core.dtypes import DType
 from reactantserver.export._errors import ExportError
 
 __all__ = ["TORCH_EXTRA_HINT", "export_torch", "torch_modules"]
 
 TORCH_EXTRA_HINT = (
-    "pip install 'reactantserver-export[torch]' (torch>=2.13 and torchax>=0.0.14.dev20261026; "
-    "torchax 0.0.13, the newest release, fails to import with torch 2.13)"
+    "pip install 'reactantserver-export[torch]' (torch==2.12.1 and torchax==0.0.13; "
+    "torchax 0.0.13 fails to import with torch 2.13 and newer)"
 )
 """How to install what the PyTorch path needs."""
 
@@ -59,9 +60,30 @@ def _host(torch: Any, tensor: Any) -> np.ndarray[Any, Any]:
     return np.asarray(tensor.numpy())
 
 
+def _zeros(torch: Any, shape: tuple[int, ...], dtype: DType) -> Any:
+    """A zero example input; torch.from_numpy knows no bfloat16, so that one is made by torch."""
+    if dtype is DType.BF16:
+        return torch.zeros(shape, dtype=torch.bfloat16)
+    return torch.from_numpy(np.zeros(shape, dtype.numpy))
+
+
+def _traced(func: Callable[..., Any], states: list[Any], xs: tuple[Any, ...]) -> Any:
+    """``func(states, xs)`` without the int64 truncation warning of torchax's lowerings.
+
+    Index arithmetic in aten (nearest interpolation, gathers) asks for int64; the export runs
+    without jax_enable_x64 unless a tensor of the bundle is 64-bit, and jax then computes those
+    indices in int32, which holds any index of a servable tensor.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="Explicitly requested dtype int64", category=UserWarning
+        )
+        return func(states, xs)
+
+
 def _as_flat_call(func: Callable[..., Any]) -> Callable[[Sequence[Any], Sequence[Any]], Any]:
     """torchax's ``func(states, inputs)`` as the exporter's ``call(weights, inputs)``."""
-    return lambda weights, xs: func(list(weights), tuple(xs))
+    return lambda weights, xs: _traced(func, list(weights), tuple(xs))
 
 
 def _used_states(
@@ -135,9 +157,7 @@ def export_torch(
     sizes = checked_batch_sizes(decls, batch_sizes) or [0]
     captured: dict[int, tuple[list[str], list[np.ndarray[Any, Any]], Callable[..., Any]]] = {}
     for batch in sizes:
-        example = tuple(
-            torch.from_numpy(np.zeros(d.concrete_shape(batch, {}), d.dtype.numpy)) for d in decls
-        )
+        example = tuple(_zeros(torch, d.concrete_shape(batch, {}), d.dtype) for d in decls)
         try:
             with warnings.catch_warnings(), torch.no_grad():
                 warnings.simplefilter("ignore", FutureWarning)
@@ -172,7 +192,7 @@ def export_torch(
             states: list[Any] = [np.zeros_like(a) for a in first_arrays]
             for position, weight in zip(kept, weights, strict=True):
                 states[position] = weight
-            return func(states, tuple(xs))
+            return _traced(func, states, tuple(xs))
 
         return call
 
