@@ -189,7 +189,7 @@ def test_a_deadline_reaches_the_handler_and_ends_a_call_that_overruns_it() -> No
 
     status = _run({"Slow": _unary(slow), "Fast": _unary(fast)}, body)
     assert status[0] is grpc.StatusCode.DEADLINE_EXCEEDED
-    assert 0.0 < seen["remaining"] <= 0.3
+    assert 0.0 < seen["remaining"] <= 0.31  # the client rounds its timeout up a little
     assert seen["cancelled"]
     assert seen["none"] is None
 
