@@ -319,13 +319,17 @@ class Answers:
 def dispatch_held(client: Any, worker: WorkerProcess, already_in_flight: int = 0) -> Iterator[None]:
     """While inside, the dispatch thread runs a long :data:`SPIN` execution.
 
-    Two spin requests go out: a long one and a one-iteration one. Once two requests more than
-    ``already_in_flight`` are in flight and one is queued, the long one is executing (the short
-    one would take microseconds), so anything sent inside the block queues behind it. On exit
-    both spin requests must succeed.
+    Two spin requests go out: a long one and a one-iteration one. The short one is sent only
+    once the long one has left the queue for an execution (the model's statistics count queue
+    waits when a dispatch takes its requests), so the two are never coalesced into one batch,
+    however fast the server turns. Once two requests more than ``already_in_flight`` are in
+    flight and one is queued, the long one is executing, so anything sent inside the block
+    queues behind it. On exit both spin requests must succeed.
     """
     spins = Answers(2)
+    taken = _queue_waits(client, SPIN)
     client.async_infer(SPIN, [spin_input()], spins.callback("long"))
+    wait_for(lambda: _queue_waits(client, SPIN) > taken, "the long spin request dispatched")
     client.async_infer(SPIN, [spin_input(1)], spins.callback("short"))
     wait_for(
         lambda: (
@@ -338,6 +342,12 @@ def dispatch_held(client: Any, worker: WorkerProcess, already_in_flight: int = 0
     for key, (error, result) in spins.wait().items():
         assert error is None, (key, error)
         assert result.as_numpy("y").shape == (1, 16)
+
+
+def _queue_waits(client: Any, model: str) -> int:
+    """How many of ``model``'s requests have left its queue for an execution."""
+    stats = client.get_inference_statistics(model_name=model)
+    return int(stats.model_stats[0].inference_stats.queue.count)
 
 
 def failure(call: Callable[..., Any], *args: Any, **kwargs: Any) -> InferenceServerException:
