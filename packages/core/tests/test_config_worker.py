@@ -81,6 +81,8 @@ SPEC_DEFAULTS: list[tuple[str, object]] = [
     ("runtime.shared_host_weights", False),
     ("runtime.shared_host_weights_mode", "660"),
     ("runtime.page_locked_weights", True),
+    ("runtime.cpu_arena_bytes", 0),
+    ("runtime.cpu_arena_bandwidth_bytes_per_s", 0.0),
     ("scheduler.discipline", SchedulingDiscipline.FAIR),
     ("scheduler.ema_halflife_seconds", 30.0),
     ("scheduler.recency_penalty_cap", 0.25),

@@ -134,6 +134,14 @@ class RuntimeConfig:
     page_locked_weights: bool = setting(True)
     """Keep private host floors in page-locked memory where the backend has it (GPU), so an
     on-demand load is one DMA (beyond, 03); shared floors stay pageable."""
+    cpu_arena_bytes: int = setting(0, check=between(0))
+    """CPU backend only, for benchmarks and tests (0: off): weights loaded onto the "device"
+    are real copies into an arena of this many bytes instead of aliases of host memory, so a
+    load costs a memory copy, an eviction frees it, and the arena's limit is the device memory
+    the weight budget is solved from."""
+    cpu_arena_bandwidth_bytes_per_s: float = setting(0.0, check=between(0))
+    """With ``cpu_arena_bytes``: the slowest a load may go (bytes/s; 0: as fast as the copy),
+    to emulate a host-to-device link such as PCIe (a 25 GB/s cap is 25e9)."""
 
     @property
     def shared_host_weights_mode_bits(self) -> int:

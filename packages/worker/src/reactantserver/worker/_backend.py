@@ -17,6 +17,8 @@ from __future__ import annotations
 import functools
 import importlib
 import threading
+import time
+import weakref
 from collections.abc import Collection, Sequence
 from importlib.metadata import version as _dist_version
 from typing import Any
@@ -34,6 +36,7 @@ from reactantserver.core.dtypes import DType
 from reactantserver.core.errors import BundleError
 from reactantserver.worker.runtime.backend import (
     CompileSpec,
+    CpuArena,
     DeviceBuffer,
     Executable,
     HostBuffer,
@@ -116,19 +119,70 @@ def _memory_kinds(device: Any) -> tuple[str, ...]:
         return ()
 
 
+class _ArenaBook:
+    """The bytes of weight copies a :class:`~reactantserver.worker.runtime.backend.CpuArena`
+    holds: charged at each copy, returned at :meth:`JaxBackend.free` or when the buffer is
+    collected, whichever comes first."""
+
+    def __init__(self, spec: CpuArena) -> None:
+        self.spec = spec
+        self.in_use = 0
+        self.peak = 0
+        self._lock = threading.Lock()
+        self._held: dict[int, weakref.finalize[Any, Any]] = {}
+
+    def reserve(self, nbytes: int) -> None:
+        with self._lock:
+            if self.in_use + nbytes > self.spec.capacity_bytes:
+                # The words a device allocator uses, so the OOM handling treats it as one.
+                raise RuntimeError(
+                    f"RESOURCE_EXHAUSTED: Out of memory in the CPU arena allocating {nbytes} "
+                    f"bytes ({self.in_use} of {self.spec.capacity_bytes} in use)"
+                )
+            self.in_use += nbytes
+            self.peak = max(self.peak, self.in_use)
+
+    def unreserve(self, nbytes: int) -> None:
+        with self._lock:
+            self.in_use -= nbytes
+
+    def hold(self, buf: DeviceBuffer, nbytes: int) -> None:
+        key = id(buf)
+        self._held[key] = weakref.finalize(buf, self._drop, key, nbytes)
+
+    def release(self, buf: DeviceBuffer) -> None:
+        done = self._held.get(id(buf))
+        if done is not None:
+            done()
+
+    def _drop(self, key: int, nbytes: int) -> None:
+        self._held.pop(key, None)
+        self.unreserve(nbytes)
+
+
 class JaxBackend:
     """One device of a jax PJRT client (``platform`` ``cpu`` or ``cuda``).
 
     ``page_locked``: keep host floors in page-locked memory (``None``: where it pays, see
     :func:`page_locking`; ``True`` forces it wherever the device has the memory space).
+    ``cpu_arena``: on the CPU, make weight loads real copies into an arena of that size (see
+    :class:`~reactantserver.worker.runtime.backend.CpuArena`); refused on other platforms.
     """
 
     def __init__(
-        self, platform: str = "cpu", device_ordinal: int = 0, *, page_locked: bool | None = None
+        self,
+        platform: str = "cpu",
+        device_ordinal: int = 0,
+        *,
+        page_locked: bool | None = None,
+        cpu_arena: CpuArena | None = None,
     ) -> None:
         name = PLATFORM_ALIASES.get(platform)
         if name is None:
             raise ValueError(f"unknown backend platform {platform!r}")
+        if cpu_arena is not None and name != "cpu":
+            raise ValueError("cpu_arena is a CPU-backend option")
+        self._arena = None if cpu_arena is None else _ArenaBook(cpu_arena)
         if name == "cpu":
             # Run CPU programs on the calling (dispatch) thread, which waits for every result
             # anyway: async dispatch hands each run to an XLA pool thread and back, which
@@ -245,7 +299,12 @@ class JaxBackend:
         self, hosts: Sequence[np.ndarray[Any, Any] | HostBuffer], *, wait: bool = True
     ) -> list[DeviceBuffer]:
         """Copy a model's host arrays to the device: NumPy ones each as :meth:`to_device`
-        does, page-locked ones in one batched copy; wait for all at the end (``wait``)."""
+        does, page-locked ones in one batched copy; wait for all at the end (``wait``).
+
+        With a CPU arena every array is copied into the arena instead (see :meth:`_arena_copy`).
+        """
+        if self._arena is not None:
+            return self._arena_copy(self._arena, hosts)
         out: list[DeviceBuffer | None] = [None] * len(hosts)
         locked = [i for i, h in enumerate(hosts) if not isinstance(h, np.ndarray)]
         try:
@@ -266,6 +325,40 @@ class JaxBackend:
                     self.free(buf)
             raise
         return buffers
+
+    def _arena_copy(
+        self, arena: _ArenaBook, hosts: Sequence[np.ndarray[Any, Any] | HostBuffer]
+    ) -> list[DeviceBuffer]:
+        """Copies the CPU client owns (never aliases of ``hosts``), charged to the arena, taking
+        at least ``bytes / bandwidth`` seconds in all when the arena has a bandwidth."""
+        start = time.perf_counter()
+        arrays = [np.asarray(host) for host in hosts]
+        total = sum(a.nbytes for a in arrays)
+        arena.reserve(total)
+        out: list[DeviceBuffer] = []
+        try:
+            for a in arrays:
+                buf = _xc.batched_device_put(
+                    _abstract(a.shape, a.dtype), self._sharding, [a], [self._device], True, True
+                )
+                buf.block_until_ready()
+                out.append(buf)
+        except BaseException:
+            for buf in out:
+                buf.delete()
+            arena.unreserve(total)
+            raise
+        # Charged buffer by buffer, so an eviction returns exactly what its load took.
+        arena.unreserve(total)
+        for a, buf in zip(arrays, out, strict=True):
+            arena.reserve(a.nbytes)
+            arena.hold(buf, a.nbytes)
+        if arena.spec.bandwidth_bytes_per_s > 0:
+            # A DMA the dispatch thread waits for: sleeping releases the GIL, as a wait would.
+            left = total / arena.spec.bandwidth_bytes_per_s - (time.perf_counter() - start)
+            if left > 0:
+                time.sleep(left)
+        return out
 
     def _copy_locked(self, hosts: Sequence[HostBuffer]) -> list[DeviceBuffer]:
         if _BATCHED_COPY is None:
@@ -309,13 +402,23 @@ class JaxBackend:
         if not buf.is_deleted():
             buf.delete()
             _JAXLIB.collect_garbage()
+        if self._arena is not None:
+            self._arena.release(buf)
 
     def free_executable(self, exe: Executable) -> None:
         """Drop an executable; jaxlib frees it with its last reference (no explicit call)."""
         del exe
 
     def memory_stats(self) -> MemoryStats | None:
-        """Allocator statistics of the device, or ``None`` (the CPU client keeps none)."""
+        """Allocator statistics of the device, or ``None`` (the CPU client keeps none).
+
+        With a CPU arena: the arena's (weights in use, its capacity as the limit)."""
+        if self._arena is not None:
+            return MemoryStats(
+                bytes_in_use=self._arena.in_use,
+                bytes_limit=self._arena.spec.capacity_bytes,
+                peak_bytes_in_use=self._arena.peak,
+            )
         stats = self._device.memory_stats()
         if not stats:
             return None

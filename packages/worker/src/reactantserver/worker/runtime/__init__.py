@@ -10,6 +10,7 @@ from __future__ import annotations
 from reactantserver.worker.runtime.backend import (
     Backend,
     CompileSpec,
+    CpuArena,
     MemoryStats,
     Signature,
     TensorType,
@@ -49,6 +50,7 @@ __all__ = [
     "CompileSpec",
     "CompiledModule",
     "CompiledRun",
+    "CpuArena",
     "ExecutableCache",
     "LoadedModel",
     "MemoryStats",

@@ -22,6 +22,7 @@ __all__ = [
     "MLIR_BYTECODE_MAGIC",
     "Backend",
     "CompileSpec",
+    "CpuArena",
     "DeviceBuffer",
     "Executable",
     "HostBuffer",
@@ -87,6 +88,38 @@ class CompileSpec:
     def digest(self) -> str:
         """Short hex digest of :meth:`cache_material`."""
         return hashlib.sha256(self.cache_material()).hexdigest()[:16]
+
+
+@attrs.frozen
+class CpuArena:
+    """Honest weight loads on the CPU backend (benchmarks and tests; off by default).
+
+    On the CPU a "device" buffer of a NumPy array is the array itself, so a load is free and
+    the weight cache cannot be measured. With an arena, a model's weights are copied into
+    memory the backend owns (up to ``capacity_bytes`` in all; a copy beyond it fails as a
+    device out-of-memory does), an eviction frees them, :meth:`Backend.memory_stats` reports
+    the arena as the device's allocator, and a load of ``n`` bytes takes at least
+    ``n / bandwidth_bytes_per_s`` seconds when a bandwidth is set (a PCIe-like link).
+    Request inputs still go to the device without a copy.
+    """
+
+    capacity_bytes: int
+    bandwidth_bytes_per_s: float = 0.0
+
+    def __attrs_post_init__(self) -> None:
+        if self.capacity_bytes <= 0:
+            raise ValueError(f"arena capacity must be > 0 bytes, got {self.capacity_bytes}")
+        if self.bandwidth_bytes_per_s < 0:
+            raise ValueError(f"arena bandwidth must be >= 0, got {self.bandwidth_bytes_per_s}")
+
+    def describe(self) -> str:
+        """One phrase for start-up lines and benchmark reports."""
+        link = (
+            f"loads capped at {self.bandwidth_bytes_per_s / 1e9:g} GB/s"
+            if self.bandwidth_bytes_per_s
+            else "loads at memory-copy speed"
+        )
+        return f"CPU arena of {self.capacity_bytes} bytes, {link}"
 
 
 @attrs.frozen

@@ -14,10 +14,10 @@ import logging
 
 from reactantserver.core.config import Backend as BackendName
 from reactantserver.core.config import WorkerConfig
-from reactantserver.worker.runtime.backend import Backend
+from reactantserver.worker.runtime.backend import Backend, CpuArena
 from reactantserver.worker.runtime.budget import BudgetPolicy, arena_bytes
 
-__all__ = ["BackendStartError", "budget_policy", "create_backend", "floor_kind"]
+__all__ = ["BackendStartError", "budget_policy", "cpu_arena", "create_backend", "floor_kind"]
 
 _log = logging.getLogger("reactantserver.worker.boot")
 
@@ -35,13 +35,20 @@ def create_backend(config: WorkerConfig) -> tuple[Backend, str, str]:
     wanted = "cuda" if runtime.backend is BackendName.CUDA else "cpu"
     # True means "where the backend has it and it pays" (JaxBackend decides), False never.
     page_locked = None if runtime.page_locked_weights else False
+    arena = cpu_arena(config)
+    if arena is not None and wanted != "cpu":
+        raise BackendStartError("runtime.cpu_arena_bytes is for the cpu backend only")
     try:
-        backend = JaxBackend(wanted, runtime.device_ordinal, page_locked=page_locked)
+        backend = JaxBackend(
+            wanted, runtime.device_ordinal, page_locked=page_locked, cpu_arena=arena
+        )
     except Exception as exc:
         if wanted == "cpu" or not runtime.allow_cpu_fallback:
             raise BackendStartError(f"cannot start the {wanted} backend: {exc}") from exc
         _log.warning("cuda backend unavailable (%s); falling back to cpu", exc)
         backend = JaxBackend("cpu", 0, page_locked=page_locked)
+    if arena is not None:
+        _log.info("weights load into a %s", arena.describe())
     _log.info(
         "backend ready platform=%s device_kind=%s arena=%d host_floors=%s async_transfers=%s",
         backend.platform,
@@ -51,6 +58,14 @@ def create_backend(config: WorkerConfig) -> tuple[Backend, str, str]:
         backend.async_transfers,
     )
     return backend, backend.platform, backend.device_kind
+
+
+def cpu_arena(config: WorkerConfig) -> CpuArena | None:
+    """The CPU arena ``runtime.cpu_arena_bytes`` asks for, or ``None`` (0: off)."""
+    runtime = config.runtime
+    if runtime.cpu_arena_bytes <= 0:
+        return None
+    return CpuArena(runtime.cpu_arena_bytes, runtime.cpu_arena_bandwidth_bytes_per_s)
 
 
 def floor_kind(wanted: bool, shared: bool, backend: Backend) -> str:
