@@ -1,6 +1,7 @@
-"""The catalog and the traffic of ``bench.density``.
+"""The catalog and the traffic of ``bench.density`` (and the catalog of ``bench.fleet``).
 
-The catalog is ``count`` copies of the ``cnn`` example (``cnn_000``, ``cnn_001``, ...), each a
+The catalog is ``count`` copies of a base model: the ``cnn`` example (``cnn_000``, ``cnn_001``,
+...) or the heavy MLP of ``bench.peers`` (``heavy_000``, ...; 96 MiB of weights each), each a
 bundle of its own with the same modules (so the executable cache compiles them once) and its
 own ``weights.safetensors``: the original arrays plus fixed-seed noise, same names, shapes,
 dtypes and ``argument_order``, the manifest renamed. The CNN's weights are tiny (5,672 B); with
@@ -15,7 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,13 @@ import attrs
 import numpy as np
 import yaml
 
+from bench._grpc_load import Signature
 from bench._grpc_servers import export_examples
 
 __all__ = [
     "BALLAST",
-    "PREFIX",
+    "HEAVY_BATCH_SIZES",
+    "KINDS",
     "ZIPF_S",
     "Catalog",
     "Cursor",
@@ -37,8 +40,6 @@ __all__ = [
     "zipf_sequence",
 ]
 
-#: Model names are ``cnn_000``, ``cnn_001``, ...
-PREFIX = "cnn_"
 #: The Zipf exponent of the traffic (issue 13).
 ZIPF_S = 1.1
 #: The ballast weight's name (a parameter group of the exported function).
@@ -50,6 +51,18 @@ _WEIGHTS = "weights.safetensors"
 Arrays = dict[str, np.ndarray[Any, Any]]
 
 
+#: Base models a catalog copies: the ``cnn`` example (5.6 KiB of weights, compute-bound) or
+#: ``heavy``, the heavy MLP of ``bench.peers`` (1024-4096-4096-1000, 96 MiB of weights: a
+#: ResNet-50's size), whose batch-1 execution reads every weight once, so one execution costs
+#: about what one load of its weights does (memory-bound both).
+KINDS: Mapping[str, Signature] = {
+    "cnn": ("image", (1, 1, 28, 28), "logits", (1, 10)),
+    "heavy": ("x", (1, 1024), "y", (1, 1000)),
+}
+#: Compiled batch sizes of the ``heavy`` base.
+HEAVY_BATCH_SIZES = (1, 2, 4, 8)
+
+
 @attrs.frozen
 class Catalog:
     """The exported catalog: where it is, its model names and the bytes of weights each."""
@@ -58,6 +71,12 @@ class Catalog:
     names: tuple[str, ...]
     model_bytes: int
     ballast_bytes: int
+    kind: str = "cnn"
+
+    @property
+    def signature(self) -> Signature:
+        """(input name, one-row shape, output name, one-row output shape) of every model."""
+        return KINDS[self.kind]
 
     @property
     def total_bytes(self) -> int:
@@ -77,8 +96,28 @@ def forward_with_ballast(params: dict[str, dict[str, Any]], image: Any) -> Any:
     return forward(cnn, image) + 0.0 * params[BALLAST]["w"][0]
 
 
-def _export_base(out: Path, ballast_bytes: int) -> Path:
-    """The bundle every copy starts from: ``examples/cnn`` as exported, or with ballast."""
+def _export_heavy(out: Path) -> Path:
+    from bench._peers.models import MODELS, forward, params
+    from reactantserver.export import export_jax
+
+    return export_jax(
+        forward,
+        params(MODELS["heavy_mlp"]),
+        ["x=f32[n,f=1024]"],
+        ["y=f32[n,k=1000]"],
+        batch_sizes=HEAVY_BATCH_SIZES,
+        out=out / "heavy",
+        force=True,
+        description="The heavy MLP of bench.peers (bench.density, bench.fleet)",
+        progress=False,
+    )
+
+
+def _export_base(out: Path, ballast_bytes: int, kind: str = "cnn") -> Path:
+    """The bundle every copy starts from: ``examples/cnn`` as exported, or with ballast, or
+    the heavy MLP."""
+    if kind == "heavy":
+        return _export_heavy(out)
     if not ballast_bytes:
         export_examples(out, ["cnn"])
         return out / "cnn"
@@ -117,16 +156,26 @@ def _perturbed(arrays: Arrays, rng: np.random.Generator) -> Arrays:
     return out
 
 
-def build_catalog(root: Path, count: int, *, seed: int, ballast_bytes: int = 0) -> Catalog:
-    """Export the base bundle beside ``root`` and write ``count`` copies into ``root``."""
+def build_catalog(
+    root: Path, count: int, *, seed: int, ballast_bytes: int = 0, kind: str = "cnn"
+) -> Catalog:
+    """Export the base bundle beside ``root`` and write ``count`` copies into ``root``.
+
+    ``kind`` (see :data:`KINDS`) names the base; ``ballast_bytes`` only applies to ``cnn``.
+    Copies are named ``<kind>_000``, ``<kind>_001``, ...
+    """
     from safetensors.numpy import save_file
 
-    base = _export_base(root.parent / f"{root.name}-base", ballast_bytes)
+    if kind not in KINDS:
+        raise ValueError(f"unknown catalog kind {kind!r}; known: {sorted(KINDS)}")
+    if kind != "cnn" and ballast_bytes:
+        raise ValueError("ballast_bytes applies to the cnn catalog only")
+    base = _export_base(root.parent / f"{root.name}-base", ballast_bytes, kind)
     arrays, metadata = _read_weights(base / _WEIGHTS)
     order = json.loads(metadata["argument_order"])
     model_bytes = sum(arrays[name].nbytes for name in order)
     rng = np.random.default_rng(seed)
-    names = tuple(f"{PREFIX}{i:03d}" for i in range(count))
+    names = tuple(f"{kind}_{i:03d}" for i in range(count))
     root.mkdir(parents=True, exist_ok=True)
     for name in names:
         target = root / name
@@ -137,7 +186,7 @@ def build_catalog(root: Path, count: int, *, seed: int, ballast_bytes: int = 0) 
         manifest["name"] = name
         manifest_path.write_text(yaml.safe_dump(manifest, sort_keys=False))
     shutil.rmtree(base.parent)
-    return Catalog(root, names, model_bytes, ballast_bytes)
+    return Catalog(root, names, model_bytes, ballast_bytes, kind)
 
 
 def _zipf_weights(n: int, s: float) -> np.ndarray[Any, Any]:
