@@ -22,6 +22,7 @@ from reactantserver.core.config import RuntimeConfig, WorkerConfig
 from reactantserver.core.dtypes import DType
 from reactantserver.core.weights import PrivateWeightStore, WeightSpec
 from reactantserver.worker._backend import JaxBackend
+from reactantserver.worker._cpu_arena import ALIGNMENT, ArenaBook, Block
 from reactantserver.worker.runtime import is_device_oom
 from reactantserver.worker.runtime.backend import CpuArena
 from reactantserver.worker.runtime.residency import Residency
@@ -55,6 +56,33 @@ def test_a_load_is_a_copy_charged_to_the_arena_and_returned_when_freed() -> None
     stats = backend.memory_stats()
     assert stats is not None
     assert (stats.bytes_in_use, stats.peak_bytes_in_use) == (0, 3 * MIB)
+
+
+def test_a_load_lands_in_the_arena_slab_and_a_freed_block_is_reused() -> None:
+    # Weights live in memory the arena reserved (as a device allocator's blocks), not in fresh
+    # pages per load: an evicted model's block takes the next load without a page fault.
+    backend = JaxBackend("cpu", cpu_arena=CpuArena(4 * MIB))
+    (first,) = backend.to_device_many([_host(2 * MIB, 1)])
+    address = first.unsafe_buffer_pointer()
+    assert address % ALIGNMENT == 0
+    backend.free(first)
+    (second,) = backend.to_device_many([_host(2 * MIB, 2)])
+    assert second.unsafe_buffer_pointer() == address
+    np.testing.assert_array_equal(backend.to_host(second), _host(2 * MIB, 2))
+
+
+def test_arena_blocks_are_first_fit_aligned_and_merge_when_freed() -> None:
+    book = ArenaBook(CpuArena(1024))
+    a, b, c = (book.allocate(n) for n in (100, 200, 64))
+    assert [(x.offset, x.size) for x in (a, b, c)] == [(0, 128), (128, 256), (384, 64)]
+    assert book.in_use == book.peak == 448
+    book.free(a)
+    book.free(c)
+    with pytest.raises(RuntimeError, match="RESOURCE_EXHAUSTED"):
+        book.allocate(1024 - 256 + 1)  # fits in the bytes free, not in one block
+    book.free(b)
+    assert book.in_use == 0
+    assert book.allocate(1024) == Block(0, 1024)  # the three merged into one
 
 
 def test_a_load_beyond_the_capacity_is_a_device_oom_and_charges_nothing() -> None:

@@ -18,7 +18,6 @@ import functools
 import importlib
 import threading
 import time
-import weakref
 from collections.abc import Collection, Sequence
 from importlib.metadata import version as _dist_version
 from typing import Any
@@ -34,6 +33,7 @@ from jaxlib.mlir.dialects import stablehlo as _stablehlo
 
 from reactantserver.core.dtypes import DType
 from reactantserver.core.errors import BundleError
+from reactantserver.worker._cpu_arena import ArenaBook, Block
 from reactantserver.worker.runtime.backend import (
     CompileSpec,
     CpuArena,
@@ -119,47 +119,6 @@ def _memory_kinds(device: Any) -> tuple[str, ...]:
         return ()
 
 
-class _ArenaBook:
-    """The bytes of weight copies a :class:`~reactantserver.worker.runtime.backend.CpuArena`
-    holds: charged at each copy, returned at :meth:`JaxBackend.free` or when the buffer is
-    collected, whichever comes first."""
-
-    def __init__(self, spec: CpuArena) -> None:
-        self.spec = spec
-        self.in_use = 0
-        self.peak = 0
-        self._lock = threading.Lock()
-        self._held: dict[int, weakref.finalize[Any, Any]] = {}
-
-    def reserve(self, nbytes: int) -> None:
-        with self._lock:
-            if self.in_use + nbytes > self.spec.capacity_bytes:
-                # The words a device allocator uses, so the OOM handling treats it as one.
-                raise RuntimeError(
-                    f"RESOURCE_EXHAUSTED: Out of memory in the CPU arena allocating {nbytes} "
-                    f"bytes ({self.in_use} of {self.spec.capacity_bytes} in use)"
-                )
-            self.in_use += nbytes
-            self.peak = max(self.peak, self.in_use)
-
-    def unreserve(self, nbytes: int) -> None:
-        with self._lock:
-            self.in_use -= nbytes
-
-    def hold(self, buf: DeviceBuffer, nbytes: int) -> None:
-        key = id(buf)
-        self._held[key] = weakref.finalize(buf, self._drop, key, nbytes)
-
-    def release(self, buf: DeviceBuffer) -> None:
-        done = self._held.get(id(buf))
-        if done is not None:
-            done()
-
-    def _drop(self, key: int, nbytes: int) -> None:
-        self._held.pop(key, None)
-        self.unreserve(nbytes)
-
-
 class JaxBackend:
     """One device of a jax PJRT client (``platform`` ``cpu`` or ``cuda``).
 
@@ -182,7 +141,7 @@ class JaxBackend:
             raise ValueError(f"unknown backend platform {platform!r}")
         if cpu_arena is not None and name != "cpu":
             raise ValueError("cpu_arena is a CPU-backend option")
-        self._arena = None if cpu_arena is None else _ArenaBook(cpu_arena)
+        self._arena = None if cpu_arena is None else ArenaBook(cpu_arena)
         if name == "cpu":
             # Run CPU programs on the calling (dispatch) thread, which waits for every result
             # anyway: async dispatch hands each run to an XLA pool thread and back, which
@@ -327,35 +286,34 @@ class JaxBackend:
         return buffers
 
     def _arena_copy(
-        self, arena: _ArenaBook, hosts: Sequence[np.ndarray[Any, Any] | HostBuffer]
+        self, arena: ArenaBook, hosts: Sequence[np.ndarray[Any, Any] | HostBuffer]
     ) -> list[DeviceBuffer]:
-        """Copies the CPU client owns (never aliases of ``hosts``), charged to the arena, taking
-        at least ``bytes / bandwidth`` seconds in all when the arena has a bandwidth."""
+        """Copies of ``hosts`` into blocks of the arena, wrapped as device buffers without a
+        second copy; at least ``bytes / bandwidth`` seconds in all when the arena has one."""
         start = time.perf_counter()
         arrays = [np.asarray(host) for host in hosts]
-        total = sum(a.nbytes for a in arrays)
-        arena.reserve(total)
-        out: list[DeviceBuffer] = []
+        blocks: list[Block] = []
         try:
-            for a in arrays:
-                buf = _xc.batched_device_put(
-                    _abstract(a.shape, a.dtype), self._sharding, [a], [self._device], True, True
-                )
-                buf.block_until_ready()
-                out.append(buf)
+            for a in arrays:  # every block first: a load that does not fit charges nothing
+                blocks.append(arena.allocate(a.nbytes))
         except BaseException:
-            for buf in out:
-                buf.delete()
-            arena.unreserve(total)
+            for block in blocks:
+                arena.free(block)
             raise
-        # Charged buffer by buffer, so an eviction returns exactly what its load took.
-        arena.unreserve(total)
-        for a, buf in zip(arrays, out, strict=True):
-            arena.reserve(a.nbytes)
-            arena.hold(buf, a.nbytes)
+        out: list[DeviceBuffer] = []
+        for a, block in zip(arrays, blocks, strict=True):
+            view = arena.view(block, a.shape, a.dtype)
+            np.copyto(view, a)  # the load (NumPy releases the GIL for it)
+            # ZERO_COPY over an aligned block: the buffer is the block, not a copy of it.
+            buf = _xc.batched_device_put(
+                _abstract(a.shape, a.dtype), self._sharding, [view], [self._device]
+            )
+            arena.hold(buf, block)  # charged block by block: an eviction returns its own
+            out.append(buf)
         if arena.spec.bandwidth_bytes_per_s > 0:
             # A DMA the dispatch thread waits for: sleeping releases the GIL, as a wait would.
-            left = total / arena.spec.bandwidth_bytes_per_s - (time.perf_counter() - start)
+            left = sum(a.nbytes for a in arrays) / arena.spec.bandwidth_bytes_per_s
+            left -= time.perf_counter() - start
             if left > 0:
                 time.sleep(left)
         return out

@@ -96,9 +96,10 @@ class CpuArena:
 
     On the CPU a "device" buffer of a NumPy array is the array itself, so a load is free and
     the weight cache cannot be measured. With an arena, a model's weights are copied into
-    memory the backend owns (up to ``capacity_bytes`` in all; a copy beyond it fails as a
-    device out-of-memory does), an eviction frees them, :meth:`Backend.memory_stats` reports
-    the arena as the device's allocator, and a load of ``n`` bytes takes at least
+    blocks of one slab of ``capacity_bytes`` the backend reserves, as a device allocator does
+    (a copy that finds no free block fails as a device out-of-memory does), an eviction
+    frees them, :meth:`Backend.memory_stats` reports the arena as the device's allocator,
+    and a load of ``n`` bytes takes at least
     ``n / bandwidth_bytes_per_s`` seconds when a bandwidth is set (a PCIe-like link).
     Request inputs still go to the device without a copy.
     """
