@@ -1,271 +1,228 @@
-"""Density benchmark: a catalog 5x the weight budget under Zipf traffic vs all-resident.
+"""Density benchmark: a catalog 5x the weight budget on honest (CPU arena) loads vs all-resident.
 
 Run from the repository root with the dev environment::
 
     .venv/bin/python -m bench.density --out bench/results
 
-Builds a catalog of ``--count`` copies of the ``cnn`` example, each with its own weights
-(``bench/_density_catalog.py``), and starts two workers on it from the same build and the same
-executable cache (the second compiles nothing): ``constrained``, whose on-demand weight budget
-(``INFERENCE_SERVER_RUNTIME_WEIGHT_CACHE_MAX_BYTES``) is the catalog's total weight bytes /
-``--ratio`` (5), and ``resident``, whose budget holds the whole catalog. Both are self-managed
-(``static`` model control: the worker loads and evicts on demand, 03 §On-demand weight cache).
-``--concurrency`` (16) closed-loop ``tritonclient.grpc`` clients send one image per request to
-the model named by a fixed-seed Zipf(1.1) sequence over the catalog (the same sequence, from
-its start, for both workers); the workers alternate over ``--rounds`` windows (A B A B ...) so
-the machine's drift falls on both. Reported per worker: req/s, p50/p99, and weight loads and
-evictions per 1000 requests from the worker's ``/metrics``; the targets are throughput >= 70%
-of all-resident and p99 <= 3x. ``--ballast-kib`` repeats the comparison with every model's
-weights grown by that much (the CNN's own weights are 5.6 KiB, so its loads are cheap).
+Builds ``--count`` (20) copies of the heavy MLP (``bench/_density_catalog.py``: ~100 MB of
+distinct weights each, a ResNet-50's size; its batch-1 execution reads every weight once) and
+starts workers on it whose weight loads are real copies into a CPU arena
+(``runtime.cpu_arena_bytes``): ``resident``, whose budget and arena hold the whole catalog, and
+for each variant a ``constrained`` one whose budget (``weight_cache_max_bytes``) is the catalog
+/ ``--ratio`` (5) and whose arena is that plus one model. Variants: arena copies ``uncapped``
+and ``capped`` at ``--cap-gbps`` (25 GB/s, PCIe-like). In each variant both workers serve a
+Zipf(1.1) trace closed-loop in alternating windows and a bursty on/off trace open-loop
+(``bench/_density_measure.py``). Reported per variant and trace: req/s and p99 constrained vs
+resident, loads and evictions per 1000 requests next to Belady's offline optimum for the same
+sequence and slots, and the ratio of one load's time to one batch-1 execution (the worker's
+own counters). Targets (issue 37): throughput >= 0.7x and p99 <= 3x all-resident under Zipf,
+loads <= 1.5x Belady's, load / execution between 0.5 and 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import tempfile
-import urllib.request
+import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import loadavg, machine, write_report
-from bench._density_catalog import (
-    ZIPF_S,
-    Catalog,
-    Cursor,
-    build_catalog,
-    top_share,
-    zipf_sequence,
-)
-from bench._density_report import figures, markdown
-from bench._grpc_load import Load, combine, run_load
-from bench._grpc_servers import Server, cpu_split, start_worker
+import numpy as np
 
-__all__ = ["MODES", "RESULT_NAME", "main"]
+from bench import _density_measure as measure
+from bench._common import loadavg, machine, write_report
+from bench._density_catalog import Catalog, build_catalog, top_share, zipf_sequence
+from bench._density_report import figures, markdown
+from bench._density_workers import ArenaSettings, batch1_execution_ms, start_density_worker
+from bench._grpc_servers import Server, cpu_split
+from bench._traces import bursty_trace
+
+__all__ = ["RESULT_NAME", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT_NAME = "density-cpu"
-#: The two workers: the budget a fraction of the catalog, and large enough for all of it.
-MODES = ("constrained", "resident")
-#: Weight-cache series read from the worker's ``/metrics`` around each window.
-_COUNTERS = (
-    "worker_weight_loads_total",
-    "worker_weight_evicts_total",
-    "worker_weight_load_seconds_total",
-    "worker_weight_load_bytes_total",
-)
-_GAUGES = ("worker_weight_cache_max_bytes", "worker_weight_cache_resident_bytes")
-_SAMPLE = re.compile(r"^(\w+)(?:\{[^}]*\})? (\S+)$")
-_ADMITTED = re.compile(r"weights of '[^']+' admitted as \w+; weights resident=\d+ budget=(\d+)")
-_SEQUENCE_LENGTH = 400_000
+_SEQUENCE_LENGTH = 200_000
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    parser.add_argument("--count", type=int, default=100, help="models in the catalog")
-    parser.add_argument(
-        "--ratio", type=float, default=5.0, help="catalog weight bytes / constrained budget"
-    )
-    parser.add_argument(
-        "--ballast-kib",
-        type=int,
-        nargs="+",
-        default=[0, 1024],
-        help="extra KiB of weights per model, one comparison per value (0: the CNN as it is)",
-    )
-    parser.add_argument("--concurrency", type=int, default=16, help="closed-loop clients")
-    parser.add_argument("--duration", type=float, default=30.0, help="measured s per worker")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating windows per worker")
+    parser.add_argument("--count", type=int, default=20, help="models in the catalog")
+    parser.add_argument("--kind", default="heavy", help="catalog base model: heavy or cnn")
+    parser.add_argument("--ratio", type=float, default=5.0, help="catalog bytes / budget")
+    parser.add_argument("--cap-gbps", type=float, default=25.0, help="the capped variant's link")
+    parser.add_argument("--concurrency", type=int, default=16, help="closed-loop Zipf clients")
+    parser.add_argument("--rounds", type=int, default=3, help="Zipf windows per worker")
+    parser.add_argument("--window", type=float, default=8.0, help="seconds per Zipf window")
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds before each window")
+    parser.add_argument("--bursty-s", type=float, default=40.0, help="bursty trace length")
+    parser.add_argument(
+        "--bursty-load",
+        type=float,
+        default=0.5,
+        help="bursty mean rate as a fraction of the resident worker's Zipf req/s",
+    )
+    parser.add_argument("--clients", type=int, default=32, help="open-loop replay clients")
     parser.add_argument("--seed", type=int, default=13, help="weights and traffic seed")
-    parser.add_argument(
-        "--startup-timeout", type=float, default=300.0, help="seconds to wait for readiness"
-    )
-    parser.add_argument(
-        "--no-pin",
-        action="store_true",
-        help="let the client and the workers share every CPU (default: the client on the "
-        "first CPU, the workers on the others)",
-    )
+    parser.add_argument("--startup-timeout", type=float, default=300.0)
     sized = parser.add_mutually_exclusive_group()
-    sized.add_argument(
-        "--quick", action="store_true", help="smoke run: 6 models, one 1 s window per worker"
-    )
-    sized.add_argument(
-        "--suite", action="store_true", help="the `nox -s bench` size (<= 150 s on 2 cores)"
-    )
+    sized.add_argument("--quick", action="store_true", help="smoke run: 6 small models, seconds")
+    sized.add_argument("--suite", action="store_true", help="the `nox -s bench` size (~5 min)")
     return parser
 
 
-def _scrape(server: Server) -> dict[str, float]:
-    """The weight-cache series of the worker's ``/metrics`` (one worker: labels dropped)."""
-    assert server.http_url is not None
-    with urllib.request.urlopen(f"{server.http_url}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    out = {}
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if match and match[1] in (*_COUNTERS, *_GAUGES):
-            out[match[1]] = float(match[2])
+def copy_bandwidth(nbytes: int, repeats: int = 5) -> list[float]:
+    """GB/s of copies of ``nbytes`` into memory already touched (what an arena load is)."""
+    src = np.random.default_rng(0).standard_normal(nbytes // 4, dtype=np.float32)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    out = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        out.append(src.nbytes / (time.perf_counter() - start) / 1e9)
     return out
 
 
-def _admitted(server: Server) -> dict[str, Any]:
-    """What the worker's log says of the budget: the "weights ... admitted" lines."""
-    budgets = [int(m[1]) for m in _ADMITTED.finditer(server.log.read_text(errors="replace"))]
-    return {"admitted": len(budgets), "budgets": sorted(set(budgets))}
-
-
-def _start(tmp: Path, catalog: Catalog, budgets: dict[str, int], cpus: Any) -> dict[str, Server]:
-    servers: dict[str, Server] = {}
-    cache = tmp / "cache"  # one executable cache: the second worker compiles nothing
-    for mode in MODES:
-        env = {
-            "INFERENCE_SERVER_RUNTIME_WEIGHT_CACHE_MAX_BYTES": str(budgets[mode]),
-            "INFERENCE_SERVER_CACHE_DIR": str(cache),
-            "INFERENCE_SERVER_LOGGING_LEVEL": "info",  # the "weights ... admitted" lines
-        }
-        (tmp / mode).mkdir()
-        servers[mode] = start_worker(tmp / mode, catalog.root, env, cpus)
-    return servers
-
-
-def _mode_row(
-    mode: str, loads: list[Load], before: dict[str, float], after: dict[str, float], issued: int
+def _variant(
+    args: argparse.Namespace,
+    servers: dict[str, Server],
+    catalog: Catalog,
+    name: str,
+    bursty: dict[str, Any],
 ) -> dict[str, Any]:
-    load = combine(loads)
-    row: dict[str, Any] = {"mode": mode, **load.summary()}
-    delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in _COUNTERS}
-    n_loads = delta["worker_weight_loads_total"]
-    row.update(
-        requests_sent=issued,
-        weight_loads=int(n_loads),
-        weight_evicts=int(delta["worker_weight_evicts_total"]),
-        loads_per_1000=1000 * n_loads / issued if issued else None,
-        evicts_per_1000=1000 * delta["worker_weight_evicts_total"] / issued if issued else None,
-        ms_per_load=1000 * delta["worker_weight_load_seconds_total"] / n_loads if n_loads else None,
-        load_seconds_per_s=delta["worker_weight_load_seconds_total"] / load.duration_s,
-        bytes_per_load=delta["worker_weight_load_bytes_total"] / n_loads if n_loads else None,
-        budget_bytes=after.get("worker_weight_cache_max_bytes"),
-        resident_bytes_after=after.get("worker_weight_cache_resident_bytes"),
-        server_cpu_us_per_request=(
-            load.server_cpu_s / load.requests * 1e6
-            if load.server_cpu_s is not None and load.requests
-            else None
-        ),
+    """Both traces on the resident worker and this variant's constrained one."""
+    slots = int(args.budget // catalog.model_bytes)
+    exec_ms = batch1_execution_ms(servers["resident"], catalog, catalog.names, args.exec_s)
+    sequence, _ = zipf_sequence(catalog.names, _SEQUENCE_LENGTH, seed=args.seed)
+    print(f"{name}: batch-1 execution {exec_ms:.2f} ms; Zipf", flush=True)
+    zipf = measure.zipf(
+        servers,
+        catalog,
+        sequence,
+        slots=slots,
+        concurrency=args.concurrency,
+        rounds=args.rounds,
+        window_s=args.window,
+        warmup_s=args.warmup,
     )
-    print(
-        f"{mode:11s} {row['requests_per_s']:8,.0f} req/s  p50 {row['p50_ms']:.2f} ms"
-        f"  p99 {row['p99_ms']:.2f} ms  loads/1000 {row['loads_per_1000'] or 0:.0f}"
-        f"  errors {row['errors']}",
-        flush=True,
+    if "trace" not in bursty:
+        rate = args.bursty_load * zipf["modes"][1]["requests_per_s"]
+        bursty["rate"] = rate
+        bursty["trace"] = bursty_trace(
+            catalog.names, duration_s=args.bursty_s, rate=rate, seed=args.seed
+        )
+    print(f"{name}: bursty at {bursty['rate']:.1f} req/s", flush=True)
+    order = measure.MODES if name == "uncapped" else measure.MODES[::-1]
+    burst = measure.bursty(
+        servers, catalog, bursty["trace"], slots=slots, clients=args.clients, order=order
     )
-    return row
-
-
-def _measure(args: argparse.Namespace, servers: dict[str, Server], sequence: list[str]) -> Any:
-    """``--rounds`` windows per worker, alternating; counters read around each window."""
-    cursors = {mode: Cursor(sequence) for mode in MODES}
-    loads: dict[str, list[Load]] = {mode: [] for mode in MODES}
-    before = {mode: _scrape(servers[mode]) for mode in MODES}
-    for _ in range(args.rounds):
-        for mode in MODES:
-            loads[mode].append(
-                run_load(
-                    servers[mode].url,
-                    "cnn",
-                    concurrency=args.concurrency,
-                    kind="threads",
-                    warmup_s=args.warmup,
-                    duration_s=args.duration / args.rounds,
-                    server_cpu=servers[mode].cpu_seconds,
-                    route=cursors[mode],
-                )
-            )
-    return [
-        _mode_row(mode, loads[mode], before[mode], _scrape(servers[mode]), cursors[mode].issued)
-        for mode in MODES
-    ]
-
-
-def _section(args: argparse.Namespace, tmp: Path, ballast_kib: int) -> dict[str, Any]:
-    """One catalog (``ballast_kib`` extra per model): both workers, the windows, the rows."""
-    split = None if args.no_pin else cpu_split()
-    client_cpus, server_cpus = split or (None, None)
-    catalog = build_catalog(
-        tmp / "models", args.count, seed=args.seed, ballast_bytes=ballast_kib * 1024
-    )
-    budgets = {
-        "constrained": int(catalog.total_bytes / args.ratio),
-        "resident": catalog.total_bytes,
+    rows = [t["modes"][0] for t in (zipf, burst) if t["modes"][0]["ms_per_load"]]
+    count = sum(r["weight_loads"] for r in rows)
+    load_ms = sum(r["ms_per_load"] * r["weight_loads"] for r in rows) / count if count else None
+    return {
+        "variant": name,
+        "slots": slots,
+        "batch1_execution_ms": exec_ms,
+        "load_ms": load_ms,
+        "load_to_execution": load_ms / exec_ms if load_ms and exec_ms else None,
+        "traces": [zipf, burst],
     }
-    sequence, by_rank = zipf_sequence(catalog.names, _SEQUENCE_LENGTH, seed=args.seed)
-    fits = budgets["constrained"] // catalog.model_bytes
+
+
+def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    split = cpu_split()
+    client_cpus, server_cpus = split or (None, None)
+    catalog = build_catalog(tmp / "models", args.count, seed=args.seed, kind=args.kind)
+    budget = args.budget = int(catalog.total_bytes / args.ratio)
+    slots = budget // catalog.model_bytes
+    bandwidth = copy_bandwidth(catalog.model_bytes)
     print(
-        f"catalog: {len(catalog.names)} x {catalog.model_bytes:,} B = "
-        f"{catalog.total_bytes:,} B; constrained budget {budgets['constrained']:,} B "
-        f"({fits} models, {top_share(len(catalog.names), fits):.0%} of the traffic)",
+        f"catalog: {args.count} x {catalog.model_bytes:,} B; budget {budget:,} B ({slots} models)"
+        f"; copy bandwidth {min(bandwidth):.1f}-{max(bandwidth):.1f} GB/s",
         flush=True,
     )
+    arenas = {
+        "resident": ArenaSettings.for_budget(catalog.total_bytes, catalog.model_bytes, 0.0),
+        "uncapped": ArenaSettings.for_budget(budget, catalog.model_bytes, 0.0),
+        "capped": ArenaSettings.for_budget(budget, catalog.model_bytes, args.cap_gbps * 1e9),
+    }
+    cache = tmp / "cache"  # one executable cache: only the first worker compiles
     servers: dict[str, Server] = {}
+    variants: list[dict[str, Any]] = []
+    exits: dict[str, int | None] = {}
+    bursty: dict[str, Any] = {}
     affinity = os.sched_getaffinity(0) if client_cpus is not None else None
     try:
-        servers = _start(tmp, catalog, budgets, server_cpus)
-        ready = {m: s.wait_ready(catalog.names, args.startup_timeout) for m, s in servers.items()}
+        servers["resident"] = start_density_worker(
+            tmp / "resident", catalog, arenas["resident"], cache, server_cpus
+        )
+        servers["resident"].wait_ready(catalog.names, args.startup_timeout)
         if client_cpus is not None:
             os.sched_setaffinity(0, client_cpus)  # gRPC's threads, started later, inherit it
-        rows = _measure(args, servers, sequence)
+        for name in ("uncapped", "capped"):
+            server = start_density_worker(tmp / name, catalog, arenas[name], cache, server_cpus)
+            servers["constrained"] = server
+            try:
+                server.wait_ready(catalog.names, args.startup_timeout)
+                variants.append(_variant(args, servers, catalog, name, bursty))
+            finally:
+                exits[name] = server.stop()
     finally:
-        exits = {mode: server.stop() for mode, server in servers.items()}
+        exits["resident"] = servers["resident"].stop() if "resident" in servers else None
         if affinity is not None:
             os.sched_setaffinity(0, affinity)
     return {
-        "ballast_kib": ballast_kib,
         "catalog": {
+            "kind": catalog.kind,
             "models": len(catalog.names),
             "bytes_per_model": catalog.model_bytes,
-            "ballast_bytes_per_model": catalog.ballast_bytes,
             "total_bytes": catalog.total_bytes,
-            "budget_bytes": budgets,
-            "models_within_budget": fits,
-            "traffic_share_of_top_models_within_budget": top_share(len(catalog.names), fits),
-            "zipf_s": ZIPF_S,
-            "most_popular": by_rank[:10],
+            "budget_bytes": budget,
+            "slots": slots,
+            "traffic_share_of_top_models_within_budget": top_share(len(catalog.names), slots),
         },
-        "log": {mode: _admitted(server) for mode, server in servers.items()},
-        "ready_after_s": ready,
+        "arenas": {k: _arena(v) for k, v in arenas.items()},
+        "copy_bandwidth_gb_per_s": bandwidth,
+        "bursty_rate_per_s": bursty.get("rate"),
+        "bursty_requests": len(bursty.get("trace", ())),
         "exit_status": exits,
-        "modes": rows,
-        "pinned": (
-            {"client": sorted(client_cpus), "workers": sorted(server_cpus)}
-            if client_cpus is not None and server_cpus is not None
-            else None
-        ),
+        "variants": variants,
+        "pinned": None
+        if client_cpus is None or server_cpus is None
+        else {"client": sorted(client_cpus), "workers": sorted(server_cpus)},
+    }
+
+
+def _arena(arena: ArenaSettings) -> dict[str, Any]:
+    return {
+        "budget_bytes": arena.budget_bytes,
+        "arena_bytes": arena.arena_bytes,
+        "bandwidth_bytes_per_s": arena.bandwidth_bytes_per_s,
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and write ``<out>/density-cpu.{json,md}``."""
     args = _parser().parse_args(argv)
+    args.exec_s = 2.0
     if args.quick:
-        args.count, args.ballast_kib, args.duration, args.rounds, args.warmup = 6, [0], 1, 1, 0.3
+        args.kind, args.count, args.rounds, args.window, args.warmup = "cnn", 6, 1, 1.0, 0.3
+        args.bursty_s, args.concurrency, args.clients, args.exec_s = 3.0, 4, 8, 0.5
     elif args.suite:
-        args.count, args.ballast_kib, args.duration, args.rounds = 60, [0, 1024], 10, 2
+        args.rounds, args.window, args.bursty_s = 2, 6.0, 30.0
     description = machine("jax", "grpcio", "tritonclient")
-    sections = []
-    for ballast_kib in args.ballast_kib:
-        with tempfile.TemporaryDirectory(prefix="rs-bench-density-") as name:
-            sections.append(_section(args, Path(name), ballast_kib))
+    with tempfile.TemporaryDirectory(prefix="rs-bench-density-") as name:
+        result = _run(args, Path(name))
     report: dict[str, Any] = {
         "machine": description,
         "command": " ".join([".venv/bin/python -m bench.density", *(argv or sys.argv[1:])]),
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "sections": sections,
+        **result,
     }
-    report["figures"] = figures(sections)
+    report["figures"] = figures(report)
     report["machine"]["loadavg_1m_after"] = loadavg()
     write_report(args.out, RESULT_NAME, report, markdown(report))
     return 0

@@ -51,7 +51,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("coalescing", 180, "CNN rows/s vs batch size, served (gRPC) vs raw"),
     Benchmark("overhead", 180, "tiny MLP vs the bare grpc.aio floor, server CPU by stage"),
     Benchmark("peers", 360, "PyTriton, KServe, MLServer vs ours: same MLPs, same load"),
-    Benchmark("density", 240, "catalog 5x the weight budget vs all-resident, Zipf traffic"),
+    Benchmark(
+        "density", 420, "catalog 5x the budget on CPU-arena loads vs all-resident, Zipf and bursty"
+    ),
     Benchmark("gateway", 150, "gateway added latency and two-worker scaling"),
     Benchmark("scheduler", 90, "scheduler served vs raw in process, dispatch overhead"),
     Benchmark("rest", 60, "REST vs gRPC req/s"),

@@ -14,6 +14,8 @@ import yaml
 from safetensors import safe_open
 
 from bench._density_catalog import Cursor, build_catalog, top_share, zipf_sequence
+from bench._density_measure import cache_row
+from bench._density_workers import COUNTERS
 from tests._bench_support import run_bench
 
 
@@ -57,27 +59,54 @@ def test_cursor_hands_out_the_sequence_in_order() -> None:
 def test_quick_run_writes_a_report(tmp_path: Path) -> None:
     run = run_bench("bench.density", ["--quick"], tmp_path / "results", "density-cpu")
     report = run.report
-    (section,) = report["sections"]
-    assert section["exit_status"] == {"constrained": 0, "resident": 0}
-    budgets = section["catalog"]["budget_bytes"]
-    assert budgets["resident"] == section["catalog"]["total_bytes"] > budgets["constrained"]
-    rows = {r["mode"]: r for r in section["modes"]}
-    for mode, row in rows.items():
-        assert row["requests"] > 0
-        assert row["errors"] == 0, row["first_error"]
-        assert 0 < row["p50_ms"] <= row["p99_ms"]
-        # The budget took effect: the worker logged it and exports it.
-        assert section["log"][mode]["budgets"] == [budgets[mode]]
-        assert row["budget_bytes"] == budgets[mode]
-    assert rows["constrained"]["weight_loads"] > 0
-    assert rows["resident"]["weight_evicts"] == 0
+    assert report["exit_status"] == {"uncapped": 0, "capped": 0, "resident": 0}
+    catalog, arenas = report["catalog"], report["arenas"]
+    assert catalog["budget_bytes"] < catalog["total_bytes"]
+    assert arenas["resident"]["budget_bytes"] == catalog["total_bytes"]
+    assert arenas["capped"]["bandwidth_bytes_per_s"] == 25e9
+    assert arenas["uncapped"]["bandwidth_bytes_per_s"] == 0
+    assert [v["variant"] for v in report["variants"]] == ["uncapped", "capped"]
+    for variant in report["variants"]:
+        assert variant["slots"] == catalog["slots"]
+        assert variant["batch1_execution_ms"] > 0
+        assert variant["load_to_execution"] > 0
+        assert [t["trace"] for t in variant["traces"]] == ["zipf", "bursty"]
+        for trace in variant["traces"]:
+            low, full = trace["modes"]
+            assert (low["mode"], full["mode"]) == ("constrained", "resident")
+            for row in (low, full):
+                assert row["requests"] > 0
+                assert row["errors"] == 0, row["first_error"]
+                assert 0 < row["p50_ms"] <= row["p99_ms"]
+            # Loads happen on the constrained worker only, and Belady's yardstick is there.
+            assert low["weight_loads"] > 0
+            assert low["belady_loads_per_1000"] > 0
+            assert low["loads_vs_belady"] > 0
+            assert full["weight_evicts"] == 0
+            assert full["belady_loads_per_1000"] is None
+    (zipf, bursty) = report["variants"][0]["traces"]
+    assert len(zipf["rounds"]) == report["args"]["rounds"]
+    assert bursty["modes"][0]["requests_sent"] == report["bursty_requests"]
 
     figures = {f["name"]: f for f in report["figures"]}
-    assert figures["density_throughput_ratio"]["target"] == ">= 0.70"
-    assert figures["density_p99_ratio"]["target"] == "<= 3"
+    assert figures["density_zipf_uncapped_throughput_ratio"]["target"] == ">= 0.70"
+    assert figures["density_zipf_capped_p99_ratio"]["target"] == "<= 3"
+    assert figures["density_bursty_uncapped_loads_vs_belady"]["target"] == "<= 1.5"
+    assert figures["density_capped_load_to_execution"]["target"] == "0.5 to 2"
     assert all(f["value"] is not None for f in figures.values())
-    assert "| constrained |" in run.markdown
-    assert "| resident |" in run.markdown
+    assert "| zipf | constrained |" in run.markdown
+    assert "| bursty | resident |" in run.markdown
+
+
+def test_cache_row_sets_loads_next_to_beladys_optimum() -> None:
+    moved = dict.fromkeys(COUNTERS, 0.0)
+    moved.update(worker_weight_loads_total=3.0, worker_weight_load_seconds_total=0.3)
+    row = cache_row(moved, list("abcab"), slots=2)
+    # Belady with two slots: a, b, c (evicts a: b is used first), a again -> 4 loads.
+    assert row["belady_loads_per_1000"] == 1000 * 4 / 5
+    assert row["loads_vs_belady"] == 3 / 4
+    assert row["ms_per_load"] == pytest.approx(100.0)
+    assert cache_row(moved, list("ab"), slots=None)["belady_loads_per_1000"] is None
 
 
 def test_ballast_grows_every_copy(tmp_path: Path) -> None:
