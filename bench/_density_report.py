@@ -14,6 +14,8 @@ __all__ = [
     "THROUGHPUT_TARGET",
     "figures",
     "markdown",
+    "ratios",
+    "throughput_bound",
 ]
 
 #: Issue 37, under Zipf(1.1): constrained throughput >= 70% of all-resident, p99 <= 3x.
@@ -33,6 +35,21 @@ def ratios(trace: Mapping[str, Any]) -> tuple[float | None, float | None]:
     rps = low["requests_per_s"] / full["requests_per_s"] if full["requests_per_s"] else None
     p99 = low["p99_ms"] / full["p99_ms"] if full["p99_ms"] else None
     return rps, p99
+
+
+def throughput_bound(trace: Mapping[str, Any]) -> float | None:
+    """About the best constrained / resident req/s an offline-optimal cache reaches when loads
+    do not overlap execution: resident time per request ``t``, plus Belady's loads per request
+    times this run's time per load, gives ``t / (t + loads x load)`` (approximate: batches
+    differ between the workers)."""
+    low, full = trace["modes"]
+    if not full["requests_per_s"] or low["belady_loads_per_1000"] is None:
+        return None
+    if low["ms_per_load"] is None:
+        return None
+    t = 1 / float(full["requests_per_s"])
+    extra = float(low["belady_loads_per_1000"]) / 1000 * float(low["ms_per_load"]) / 1000
+    return t / (t + extra)
 
 
 def _spread(trace: Mapping[str, Any], key: str) -> tuple[float, float] | None:
@@ -68,6 +85,8 @@ def _trace_figures(variant: str, trace: Mapping[str, Any]) -> list[dict[str, Any
         _bounded(f"{name}_throughput_ratio", rps, low=THROUGHPUT_TARGET if zipf else None),
         _bounded(f"{name}_p99_ratio", p99, high=P99_TARGET if zipf else None),
     ]
+    if zipf:
+        out.append(figure(f"{name}_throughput_bound_at_belady", throughput_bound(trace), "x"))
     for row in trace["modes"]:
         out += [
             figure(f"{name}_{row['mode']}_requests_per_s", row["requests_per_s"], "req/s"),
@@ -136,9 +155,16 @@ def _summary(report: Mapping[str, Any], variant: Mapping[str, Any]) -> list[str]
             if zipf
             else ""
         )
+        bound = (
+            f" (an optimal cache, loads not overlapping execution: about "
+            f"{fmt(throughput_bound(trace), '.2f')}x)"
+            if zipf
+            else ""
+        )
         lines.append(
             f"  - {trace['trace']}: {low['requests_per_s']:.1f} vs {full['requests_per_s']:.1f} "
-            f"req/s = {fmt(rps, '.2f')}x{_range(_spread(trace, 'throughput_ratio'))}{targets}; "
+            f"req/s = {fmt(rps, '.2f')}x{_range(_spread(trace, 'throughput_ratio'))}{targets}"
+            f"{bound}; "
             f"p99 {low['p99_ms']:.1f} vs {full['p99_ms']:.1f} ms = {fmt(p99, '.2f')}x"
             f"{_range(_spread(trace, 'p99_ratio'))}{p99_target}; "
             f"{fmt(low['loads_per_1000'], '.1f')} loads / 1000 vs Belady's "

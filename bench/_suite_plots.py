@@ -159,25 +159,25 @@ def plot_overhead(reports: Reports, path: Path) -> str:
 
 
 def plot_density(reports: Reports, path: Path) -> str:
-    """Throughput and p99, constrained (budget 1/5 of the catalog) vs all-resident."""
-    sections = _need(reports, "density")["sections"]
+    """Throughput and p99, constrained (budget 1/5 of the catalog) vs all-resident, per trace
+    and arena variant."""
+    variants = _need(reports, "density")["variants"]
     groups, modes = [], ("constrained", "resident")
     rps: dict[str, list[float]] = {m: [] for m in modes}
     p99: dict[str, list[float]] = {m: [] for m in modes}
-    for section in sections:
-        rows = {r["mode"]: r for r in section["modes"]}
-        c = section["catalog"]
-        groups.append(f"{c['models']} x {c['bytes_per_model'] / 1024:,.0f} KiB")
-        for m in modes:
-            rps[m].append(rows[m]["requests_per_s"])
-            p99[m].append(rows[m]["p99_ms"])
+    for variant in variants:
+        for trace in variant["traces"]:
+            groups.append(f"{trace['trace']}\n{variant['variant']}")
+            for row in trace["modes"]:
+                rps[row["mode"]].append(row["requests_per_s"])
+                p99[row["mode"]].append(row["p99_ms"])
     plt = _pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
     _bars(left, groups, rps, "req/s")
     left.set_title("Throughput")
     _bars(right, groups, p99, "p99 latency (ms)")
     right.set_title("p99 latency")
-    fig.suptitle("Density: Zipf(1.1) over the catalog, weight budget 1/5 vs all-resident")
+    fig.suptitle("Density on CPU-arena loads: weight budget 1/5 of the catalog vs all-resident")
     _save(fig, path)
     return "Density: throughput and p99 with the budget at 1/5 of the catalog vs all-resident"
 
