@@ -24,7 +24,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,12 +64,30 @@ BENCHMARKS: tuple[Benchmark, ...] = (
 )
 
 
+def _names(known: Sequence[str]) -> Callable[[str], list[str]]:
+    """An argparse type: one benchmark name or several joined by commas, each known."""
+
+    def parse(text: str) -> list[str]:
+        names = [n for n in text.split(",") if n]
+        unknown = [n for n in names if n not in known]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(
+                f"unknown benchmark {', '.join(unknown) or repr(text)}; known: {', '.join(known)}"
+            )
+        return names
+
+    return parse
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     names = [b.name for b in BENCHMARKS]
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    parser.add_argument("--only", nargs="+", choices=names, help="run only these benchmarks")
-    parser.add_argument("--skip", nargs="+", choices=names, default=[], help="leave these out")
+    listed = _names(names)
+    parser.add_argument(
+        "--only", nargs="+", type=listed, help="run only these (also comma-separated: a,b)"
+    )
+    parser.add_argument("--skip", nargs="+", type=listed, default=[], help="leave these out")
     parser.add_argument(
         "--quick", action="store_true", help="each benchmark's --quick smoke size instead"
     )
@@ -147,8 +165,10 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"no <date>-<machine>.json suite report in {args.out}")
         render(json.loads(latest.read_text()), latest)
         return 0
-    chosen = [b for b in BENCHMARKS if (not args.only or b.name in args.only)]
-    chosen = [b for b in chosen if b.name not in args.skip]
+    only = {name for names in args.only or () for name in names}
+    skip = {name for names in args.skip for name in names}
+    chosen = [b for b in BENCHMARKS if (not only or b.name in only)]
+    chosen = [b for b in chosen if b.name not in skip]
     command = " ".join(["python -m bench.suite", *(argv if argv is not None else sys.argv[1:])])
     description = machine("jax", "jaxlib", "grpcio", "tritonclient", "matplotlib")
     date = args.date or datetime.datetime.now(datetime.UTC).date().isoformat()

@@ -18,7 +18,7 @@ import pytest
 from bench._suite_plots import PLOTS, draw_all, plot_cold_loads
 from bench._suite_report import DOCS_BEGIN, DOCS_END, figure_rows, summary, update_docs
 from bench._suite_run import Benchmark, run_benchmark
-from bench.suite import BENCHMARKS
+from bench.suite import BENCHMARKS, _parser
 from tests._bench_support import ROOT
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -149,3 +149,12 @@ def test_benchmark_over_its_budget_is_stopped(tmp_path: Path) -> None:
     assert outcome.status == "timeout"
     assert outcome.returncode is None
     assert outcome.wall_s < 60
+
+
+def test_only_takes_names_with_spaces_or_commas() -> None:
+    parser = _parser()
+    args = parser.parse_args(["--only", "density,gateway", "rest", "--skip", "rest"])
+    assert args.only == [["density", "gateway"], ["rest"]]
+    assert args.skip == [["rest"]]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--only", "density,nonesuch"])
