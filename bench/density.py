@@ -26,6 +26,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +38,15 @@ from bench._density_catalog import Catalog, build_catalog, top_share, zipf_seque
 from bench._density_report import figures, markdown
 from bench._density_workers import ArenaSettings, batch1_execution_ms, start_density_worker
 from bench._grpc_servers import Server, cpu_split
-from bench._traces import bursty_trace
+from bench._traces import Arrival, bursty_trace
 
 __all__ = ["RESULT_NAME", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT_NAME = "density-cpu"
 _SEQUENCE_LENGTH = 200_000
+#: The rate the bursty trace is drawn at before it is paced to the resident worker's.
+_NOMINAL_RATE = 100.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -57,7 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=3, help="Zipf windows per worker")
     parser.add_argument("--window", type=float, default=8.0, help="seconds per Zipf window")
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds before each window")
-    parser.add_argument("--bursty-s", type=float, default=40.0, help="bursty trace length")
+    parser.add_argument(
+        "--bursty-s", type=float, default=40.0, help="bursty trace length at 100 req/s"
+    )
     parser.add_argument(
         "--bursty-load",
         type=float,
@@ -86,6 +91,18 @@ def copy_bandwidth(nbytes: int, repeats: int = 5) -> list[float]:
     return out
 
 
+def nominal_bursty(catalog: Catalog, args: argparse.Namespace) -> list[Arrival]:
+    """The bursty trace at :data:`_NOMINAL_RATE`: the same requests in every run."""
+    return bursty_trace(catalog.names, duration_s=args.bursty_s, rate=_NOMINAL_RATE, seed=args.seed)
+
+
+def paced(trace: Sequence[Arrival], rate: float) -> list[Arrival]:
+    """``trace`` (at :data:`_NOMINAL_RATE`) sped up or slowed down to a mean of ``rate``/s:
+    the same requests in the same order, so Belady's count does not move with the machine."""
+    scale = _NOMINAL_RATE / rate
+    return [Arrival(a.at_s * scale, a.model) for a in trace]
+
+
 def _variant(
     args: argparse.Namespace,
     servers: dict[str, Server],
@@ -109,11 +126,8 @@ def _variant(
         warmup_s=args.warmup,
     )
     if "trace" not in bursty:
-        rate = args.bursty_load * zipf["modes"][1]["requests_per_s"]
-        bursty["rate"] = rate
-        bursty["trace"] = bursty_trace(
-            catalog.names, duration_s=args.bursty_s, rate=rate, seed=args.seed
-        )
+        bursty["rate"] = args.bursty_load * zipf["modes"][1]["requests_per_s"]
+        bursty["trace"] = paced(nominal_bursty(catalog, args), bursty["rate"])
     print(f"{name}: bursty at {bursty['rate']:.1f} req/s", flush=True)
     order = measure.MODES if name == "uncapped" else measure.MODES[::-1]
     burst = measure.bursty(

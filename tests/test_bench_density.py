@@ -16,6 +16,8 @@ from safetensors import safe_open
 from bench._density_catalog import Cursor, build_catalog, top_share, zipf_sequence
 from bench._density_measure import cache_row
 from bench._density_workers import COUNTERS
+from bench._traces import Arrival
+from bench.density import paced
 from tests._bench_support import run_bench
 
 
@@ -114,3 +116,10 @@ def test_ballast_grows_every_copy(tmp_path: Path) -> None:
     assert catalog.model_bytes == 5672 + 4096
     with safe_open(str(catalog.root / "cnn_001" / "weights.safetensors"), "np") as f:
         assert f.get_tensor("ballast/w").shape == (1024,)
+
+
+def test_paced_trace_keeps_the_requests_and_changes_the_rate() -> None:
+    trace = [Arrival(0.0, "a"), Arrival(1.0, "b"), Arrival(2.0, "a")]
+    fast = paced(trace, 200.0)  # from the nominal 100 req/s to 200: half the gaps
+    assert [a.model for a in fast] == ["a", "b", "a"]
+    assert [a.at_s for a in fast] == [0.0, 0.5, 1.0]
