@@ -1,9 +1,9 @@
 """The catalog and the traffic of ``bench.density`` (and the catalog of ``bench.fleet``).
 
 The catalog is ``count`` copies of a base model: the ``cnn`` example (``cnn_000``, ``cnn_001``,
-...) or the heavy MLP of ``bench.peers`` (``heavy_000``, ...; 96 MiB of weights each), each a
-bundle of its own with the same modules (so the executable cache compiles them once) and its
-own ``weights.safetensors``: the original arrays plus fixed-seed noise, same names, shapes,
+...) or an MLP of 96 MiB of weights (``heavy_000`` or ``deep_000``, ...; see :data:`KINDS`),
+each a bundle of its own with the same modules (so the executable cache compiles them once) and
+its own ``weights.safetensors``: the original arrays plus fixed-seed noise, same names, shapes,
 dtypes and ``argument_order``, the manifest renamed. The CNN's weights are tiny (5,672 B); with
 ``ballast_bytes`` every copy also carries an f32 ``ballast/w`` array of that size that the
 network reads one element of (times zero), so a load moves real bytes while the compute stays
@@ -29,12 +29,14 @@ from bench._grpc_servers import export_examples
 
 __all__ = [
     "BALLAST",
+    "DEEP_REPEATS",
     "HEAVY_BATCH_SIZES",
     "KINDS",
     "ZIPF_S",
     "Catalog",
     "Cursor",
     "build_catalog",
+    "forward_deep",
     "forward_with_ballast",
     "top_share",
     "zipf_sequence",
@@ -51,14 +53,19 @@ _WEIGHTS = "weights.safetensors"
 Arrays = dict[str, np.ndarray[Any, Any]]
 
 
-#: Base models a catalog copies: the ``cnn`` example (5.6 KiB of weights, compute-bound) or
+#: Base models a catalog copies: the ``cnn`` example (5.6 KiB of weights, compute-bound);
 #: ``heavy``, the heavy MLP of ``bench.peers`` (1024-4096-4096-1000, 96 MiB of weights: a
-#: ResNet-50's size), whose batch-1 execution reads every weight once, so one execution costs
-#: about what one load of its weights does (memory-bound both).
+#: ResNet-50's size), whose batch-1 execution reads every weight once, so a load (a copy of the
+#: same bytes) costs about 1.5-2x an execution; or ``deep``, the same weights with the
+#: 4096x4096 layer applied :data:`DEEP_REPEATS` times (tied weights), so an execution costs
+#: about 1.2-1.6x a load, as a ResNet-50's does on a GPU (a few ms against a 2-4 ms load).
 KINDS: Mapping[str, Signature] = {
     "cnn": ("image", (1, 1, 28, 28), "logits", (1, 10)),
     "heavy": ("x", (1, 1024), "y", (1, 1000)),
+    "deep": ("x", (1, 1024), "y", (1, 1000)),
 }
+#: How often ``deep`` applies its middle layer.
+DEEP_REPEATS = 4
 #: Compiled batch sizes of the ``heavy`` base.
 HEAVY_BATCH_SIZES = (1, 2, 4, 8)
 
@@ -96,19 +103,30 @@ def forward_with_ballast(params: dict[str, dict[str, Any]], image: Any) -> Any:
     return forward(cnn, image) + 0.0 * params[BALLAST]["w"][0]
 
 
-def _export_heavy(out: Path) -> Path:
+def forward_deep(weights: dict[str, dict[str, Any]], x: Any) -> Any:
+    """The heavy MLP with its middle layer applied :data:`DEEP_REPEATS` times."""
+    import jax.numpy as jnp
+
+    first, middle, last = weights["dense0"], weights["dense1"], weights["dense2"]
+    h = jnp.maximum(x @ first["w"] + first["b"], 0.0)
+    for _ in range(DEEP_REPEATS):
+        h = jnp.maximum(h @ middle["w"] + middle["b"], 0.0)
+    return h @ last["w"] + last["b"]
+
+
+def _export_mlp(out: Path, kind: str) -> Path:
     from bench._peers.models import MODELS, forward, params
     from reactantserver.export import export_jax
 
     return export_jax(
-        forward,
+        forward_deep if kind == "deep" else forward,
         params(MODELS["heavy_mlp"]),
         ["x=f32[n,f=1024]"],
         ["y=f32[n,k=1000]"],
         batch_sizes=HEAVY_BATCH_SIZES,
-        out=out / "heavy",
+        out=out / kind,
         force=True,
-        description="The heavy MLP of bench.peers (bench.density, bench.fleet)",
+        description=f"The {kind} MLP of bench.density and bench.fleet (96 MiB of weights)",
         progress=False,
     )
 
@@ -116,8 +134,8 @@ def _export_heavy(out: Path) -> Path:
 def _export_base(out: Path, ballast_bytes: int, kind: str = "cnn") -> Path:
     """The bundle every copy starts from: ``examples/cnn`` as exported, or with ballast, or
     the heavy MLP."""
-    if kind == "heavy":
-        return _export_heavy(out)
+    if kind in ("heavy", "deep"):
+        return _export_mlp(out, kind)
     if not ballast_bytes:
         export_examples(out, ["cnn"])
         return out / "cnn"
