@@ -106,7 +106,11 @@ def markdown(report: dict[str, Any]) -> list[str]:
         "(the issue asks 0.5-2).",
         "",
         "Traces (open loop, seeded): "
-        + "; ".join(f"`{t['name']}`: {t['description']}" for t in report["traces"]),
+        + "; ".join(
+            f"`{t['name']}`: {t['description']} (Belady's offline optimum over the pooled "
+            f"{t['belady_slots']} slots: {t['belady_per_1000']:.0f} cold loads / 1000)"
+            for t in report["traces"]
+        ),
         "",
         "| trace | mode | mean ms | p50 ms | p99 ms | req/s | cold loads / 1000 | mean vs rr "
         "| cold vs rr | req/s vs rr |",

@@ -35,7 +35,7 @@ from bench._fleet_replay import replay
 from bench._fleet_report import derive, draw, figures, markdown
 from bench._fleet_scenarios import Scenario, scenarios
 from bench._fleet_servers import MODES, POLL_S, Arena, batch1_seconds, counters, fleet, warm
-from bench._traces import Arrival, bursty_trace, zipf_trace
+from bench._traces import Arrival, belady_loads, bursty_trace, zipf_trace
 
 __all__ = ["RESULT_NAME", "main"]
 
@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=1, help="replays per (mode, trace)")
     parser.add_argument("--seed", type=int, default=37)
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument(
+        "--traces", nargs="+", choices=("zipf", "bursty"), default=["zipf", "bursty"]
+    )
     parser.add_argument("--no-scenarios", action="store_true")
     size = parser.add_mutually_exclusive_group()
     size.add_argument(
@@ -68,7 +71,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _traces(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, list[Arrival]]:
     kw = {"duration_s": args.duration, "rate": args.rate, "seed": args.seed}
-    return {"zipf": zipf_trace(names, **kw), "bursty": bursty_trace(names, **kw)}
+    made = {"zipf": zipf_trace, "bursty": bursty_trace}
+    return {name: made[name](names, **kw) for name in args.traces}
 
 
 def _measure(
@@ -125,6 +129,26 @@ def _scenario_rows(
             )
             print(f"{sc.name:28s} {mode:12s} mean {result['mean_ms']:7.1f} ms", flush=True)
     return rows
+
+
+def _describe(
+    args: argparse.Namespace, name: str, trace: list[Arrival], *, slots: int
+) -> dict[str, Any]:
+    """The trace in words, and the cold loads per 1000 requests of Belady's offline optimum
+    over the two budgets pooled (a floor no online router of this fleet can beat)."""
+    shape = {
+        "zipf": "Poisson arrivals, each model drawn Zipf(1.1)",
+        "bursty": "on/off bursts per model (mean on 2 s, off 10 s x rank^0.5)",
+    }[name]
+    belady = belady_loads([a.model for a in trace], slots)
+    return {
+        "name": name,
+        "description": f"{shape}, mean {args.rate:g}/s for {args.duration:g} s, seed "
+        f"{args.seed}, {len(trace)} requests",
+        "requests": len(trace),
+        "belady_slots": slots,
+        "belady_per_1000": 1000 * belady / max(1, len(trace)),
+    }
 
 
 def _size(args: argparse.Namespace) -> None:
@@ -190,17 +214,8 @@ def main(argv: list[str] | None = None) -> int:
             "workers": 2,
         },
         "traces": [
-            {
-                "name": "zipf",
-                "description": f"Poisson {args.rate:g}/s for {args.duration:g} s, Zipf(1.1) "
-                f"over the catalog, seed {args.seed}, {len(traces['zipf'])} requests",
-            },
-            {
-                "name": "bursty",
-                "description": f"on/off bursts (mean on 2 s, off 10 s x rank^0.5), mean "
-                f"{args.rate:g}/s for {args.duration:g} s, seed {args.seed}, "
-                f"{len(traces['bursty'])} requests",
-            },
+            _describe(args, name, trace, slots=int(2 * args.budget_models))
+            for name, trace in traces.items()
         ],
         "load_ms": load_ms,
         "exec_ms": exec_ms,
