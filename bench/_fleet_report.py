@@ -45,9 +45,12 @@ def derive(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def figures(summary: list[dict[str, Any]], load_exec: float | None) -> list[dict[str, Any]]:
-    """The headlines: model_aware / round_robin per trace against the targets, and the
-    load / execution ratio against its 0.5-2 range."""
+def figures(
+    summary: list[dict[str, Any]], load_exec: float | None, traces: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The headlines: model_aware / round_robin per trace against the targets, the load /
+    execution ratio against its 0.5-2 range, and per trace the floor of the cold-load ratio
+    (Belady's offline optimum over the pooled budgets / round_robin's loads)."""
     out = [
         figure(
             "one load / one batch-1 execution",
@@ -57,7 +60,16 @@ def figures(summary: list[dict[str, Any]], load_exec: float | None) -> list[dict
             met=load_exec is not None and 0.5 <= load_exec <= 2.0,
         )
     ]
+    floors = {t["name"]: t["belady_per_1000"] for t in traces}
     for row in summary:
+        if row["mode"] == "round_robin" and row["trace"] in floors:
+            out.append(
+                figure(
+                    f"offline optimum / round_robin cold loads ({row['trace']})",
+                    _ratio(floors[row["trace"]], row["cold_per_1000"]),
+                    "x",
+                )
+            )
         if row["mode"] != "model_aware":
             continue
         goals: tuple[tuple[str, str, str, Callable[[float], bool]], ...] = (
@@ -100,7 +112,8 @@ def markdown(report: dict[str, Any]) -> list[str]:
         f"(bandwidth cap: {s['arena_bandwidth'] or 'none'}) and a weight budget of "
         f"{s['budget_mib']:.0f} MiB ({s['budget_models']:g} models; the catalog is "
         f"{s['catalog_over_fleet_budget']:.1f}x the two budgets together). Gateway status polls "
-        f"every {s['poll_s']:g} s; fresh workers (empty caches) for every mode, trace and round.",
+        f"every {s['poll_s']:g} s; fresh workers (empty caches) for every mode, trace and "
+        "round, and one more fleet per mode for the scenarios.",
         f"One load {fmt(report['load_ms'], '.1f')} ms / one batch-1 execution "
         f"{fmt(report['exec_ms'], '.2f')} ms = **{fmt(report['load_exec_ratio'], '.1f')}x** "
         "(the issue asks 0.5-2).",

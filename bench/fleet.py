@@ -34,8 +34,18 @@ from bench._density_catalog import Catalog, build_catalog
 from bench._fleet_replay import replay
 from bench._fleet_report import derive, draw, figures, markdown
 from bench._fleet_scenarios import Scenario, scenarios
-from bench._fleet_servers import MODES, POLL_S, Arena, batch1_seconds, counters, fleet, warm
+from bench._fleet_servers import (
+    MODES,
+    POLL_S,
+    Arena,
+    Fleet,
+    batch1_seconds,
+    counters,
+    fleet,
+    warm,
+)
 from bench._traces import Arrival, belady_loads, bursty_trace, zipf_trace
+from reactantserver.gateway.routing.model_aware import DISPLACEMENT_HORIZON_SECONDS
 
 __all__ = ["RESULT_NAME", "main"]
 
@@ -52,9 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--models", type=int, default=14, help="catalog size")
     parser.add_argument("--budget-models", type=float, default=3.0, help="weight budget/worker")
     parser.add_argument("--arena-bandwidth", type=float, default=0.0, help="bytes/s; 0: no cap")
-    parser.add_argument("--rate", type=float, default=20.0, help="mean requests/s of a trace")
+    parser.add_argument("--rate", type=float, default=12.0, help="mean requests/s of a trace")
     parser.add_argument("--duration", type=float, default=25.0, help="seconds per trace")
-    parser.add_argument("--rounds", type=int, default=1, help="replays per (mode, trace)")
+    parser.add_argument("--rounds", type=int, default=2, help="replays per (mode, trace)")
     parser.add_argument("--seed", type=int, default=37)
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument(
@@ -76,8 +86,13 @@ def _traces(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, list[
 
 
 def _measure(
-    tmp: Path, catalog: Catalog, arena: Arena, mode: str, trace: tuple[str, list[Arrival]]
+    tmp: Path,
+    catalog: Catalog,
+    arena: Arena,
+    mode: str,
+    trace: tuple[str, list[Arrival]],
 ) -> dict[str, Any]:
+    """The trace's row, replayed on a fresh fleet in ``mode``."""
     name, arrivals = trace
     with fleet(tmp, catalog, arena, mode) as f:
         before = counters(f.workers)
@@ -107,28 +122,17 @@ def _measure(
     return row
 
 
-def _scenario_rows(
-    tmp: Path, catalog: Catalog, arena: Arena, mode: str, chosen: list[Scenario]
-) -> list[dict[str, Any]]:
-    rows = []
-    with fleet(tmp, catalog, arena, mode) as f:
-        for sc in chosen:
-            for index, model in sc.warm:
-                warm(f.workers[index], catalog, [model])
-            time.sleep(3 * POLL_S)  # the gateway's next polls see the residency
-            before = counters(f.workers)
-            result = replay(f.gateway.url, list(sc.trace), catalog.signature).summary()
-            loads = counters(f.workers)["worker_weight_loads_total"]
-            rows.append(
-                {
-                    "scenario": sc.name,
-                    "mode": mode,
-                    **result,
-                    "cold_loads": int(loads - before["worker_weight_loads_total"]),
-                }
-            )
-            print(f"{sc.name:28s} {mode:12s} mean {result['mean_ms']:7.1f} ms", flush=True)
-    return rows
+def _scenario(f: Fleet, catalog: Catalog, sc: Scenario) -> dict[str, Any]:
+    """Make the scenario's models resident, let the gateway see it, replay its trace."""
+    for index, model in sc.warm:
+        warm(f.workers[index], catalog, [model])
+    # The gateway's next polls see the residency, and what the scenario before routed is idle.
+    time.sleep(max(3 * POLL_S, DISPLACEMENT_HORIZON_SECONDS + POLL_S))
+    before = counters(f.workers)["worker_weight_loads_total"]
+    result = replay(f.gateway.url, list(sc.trace), catalog.signature).summary()
+    loads = counters(f.workers)["worker_weight_loads_total"] - before
+    print(f"{sc.name:28s} {f.mode:12s} mean {result['mean_ms']:7.1f} ms", flush=True)
+    return {"scenario": sc.name, "mode": f.mode, **result, "cold_loads": int(loads)}
 
 
 def _describe(
@@ -156,7 +160,7 @@ def _size(args: argparse.Namespace) -> None:
         args.kind, args.ballast_bytes, args.models = "cnn", 1 << 20, 8
         args.rate, args.duration, args.rounds = 20.0, 3.0, 1
     elif args.suite:
-        args.rounds = 1
+        args.models, args.duration = 12, 15.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
                     runs.append(_measure(tmp, catalog, arena, mode, (trace_name, trace)))
         chosen = [] if args.no_scenarios else scenarios(catalog.names)
         for mode in args.modes if chosen else ():
-            scenario_rows += _scenario_rows(tmp, catalog, arena, mode, chosen)
+            # A fresh fleet per mode: no model of a scenario is resident from a trace.
+            with fleet(tmp, catalog, arena, mode) as f:
+                scenario_rows += [_scenario(f, catalog, sc) for sc in chosen]
     load_s = [r["load_s_each"] for r in runs if r["load_s_each"]]
     exec_s = [r["batch1_exec_s"] for r in runs if r["batch1_exec_s"]]
     load_ms = 1e3 * sum(load_s) / len(load_s) if load_s else None
@@ -230,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             if r["first_error"]
         ],
     }
-    report["figures"] = figures(summary, ratio)
+    report["figures"] = figures(summary, ratio, report["traces"])
     report["plot"] = draw(report, args.out / f"{RESULT_NAME}.png").name
     write_report(args.out, RESULT_NAME, report, markdown(report))
     return 0
