@@ -159,7 +159,7 @@ def markdown(report: dict[str, Any]) -> list[str]:
     for f in report["figures"]:
         met = "-" if f["met"] is None else ("yes" if f["met"] else "**no**")
         lines.append(
-            f"| {f['name']} | {fmt(f['value'], '.3f')} {f['unit']} | {f['target']} | {met} |"
+            f"| {f['name']} | {fmt(f['value'], '.3f')} {f['unit']} | {f['target'] or '-'} | {met} |"
         )
     lines += error_lines(report["errors"])
     return [*lines, ""]

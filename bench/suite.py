@@ -60,7 +60,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("meta_pipeline", 60, "meta model vs client-chained pipeline"),
     Benchmark("overload", 75, "ten times the in-flight cap: admitted latency, refusals, RSS"),
     Benchmark(
-        "fleet", 420, "round_robin vs lpt_packing vs model_aware over 2 small-budget workers"
+        "fleet", 480, "round_robin vs lpt_packing vs model_aware over 2 small-budget workers"
     ),
 )
 
