@@ -197,6 +197,14 @@ def plot_gateway(reports: Reports, path: Path) -> str:
     return "p50 latency direct to the worker vs through the gateway, per concurrency"
 
 
+def plot_fleet(reports: Reports, path: Path) -> str:
+    """Mean, p99 and cold loads per 1000 requests per routing mode and trace (bench.fleet)."""
+    from bench._fleet_report import draw
+
+    draw(_need(reports, "fleet"), path)
+    return "Fleet: round_robin vs lpt_packing vs model_aware over 2 small-budget workers"
+
+
 def plot_cold_loads(reports: Reports, path: Path) -> str:
     """On-demand weight load vs raw copy, and start-up with cold compile vs cache hits."""
     report = _need(reports, "runtime")
@@ -279,6 +287,7 @@ PLOTS: Mapping[str, Callable[[Reports, Path], str]] = {
     "overhead": plot_overhead,
     "density": plot_density,
     "gateway": plot_gateway,
+    "fleet": plot_fleet,
     "cold_loads": plot_cold_loads,
     "peers": plot_peers,
 }

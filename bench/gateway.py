@@ -29,7 +29,7 @@ import argparse
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,17 +56,24 @@ MODELS = ("mlp", "cnn")
 
 
 def start_gateway(
-    directory: Path, name: str, workers: Sequence[Server], cpus: frozenset[int] | None
+    directory: Path,
+    name: str,
+    workers: Sequence[Server],
+    cpus: frozenset[int] | None,
+    *,
+    settings: Mapping[str, Any] | None = None,
 ) -> Server:
-    """Start ``python -m reactantserver.gateway --config FILE`` (round_robin) over ``workers``."""
+    """Start ``python -m reactantserver.gateway --config FILE`` over ``workers``: round_robin,
+    status every second, unless ``settings`` (top-level config keys) say otherwise."""
     port = free_port()
-    config = {
+    config: dict[str, Any] = {
         "listen": {"grpc": f"127.0.0.1:{port}", "metrics": f"127.0.0.1:{free_port()}"},
         "endpoints": [w.url for w in workers],
         "worker_names": [w.name for w in workers],
         "health": {"interval_seconds": 1.0},
         "logging": {"level": "warning"},
         "scheduling": {"mode": "round_robin"},
+        **(settings or {}),
     }
     config_file = directory / f"{name}.yml"
     config_file.write_text(yaml.safe_dump(config))

@@ -61,6 +61,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("scaling", 60, "tiny MLP req/s against the native front's threads (flat on 2 cores)"),
     Benchmark("meta_pipeline", 60, "meta model vs client-chained pipeline"),
     Benchmark("overload", 75, "ten times the in-flight cap: admitted latency, refusals, RSS"),
+    Benchmark(
+        "fleet", 480, "round_robin vs lpt_packing vs model_aware over 2 small-budget workers"
+    ),
 )
 
 

@@ -9,6 +9,7 @@ import pytest
 from reactantserver.gateway.routing.model_aware import (
     BANDWIDTH_EWMA_ALPHA,
     DEFAULT_COST_PER_ITEM_SECONDS,
+    DISPLACEMENT_HORIZON_SECONDS,
     LoadBandwidth,
     ModelAwareKnobs,
     ModelAwareRouter,
@@ -133,6 +134,82 @@ def test_colocation_without_queuing_warms_the_cold_worker() -> None:
     assert nxt.order[0] == "cold"
     assert nxt.placement == "resident"
     assert nxt.estimates[0].seconds == pytest.approx(L_8GB + T_I + T_I)
+
+
+class Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _displacing(clock: Clock, *, cap: int) -> ModelAwareRouter:
+    """ "m" warm on "warm" behind 12 requests (Q = 1.2 s: L + T_I = 1.105 s < Q + T_I = 1.3 s
+    < 2L + T_I = 2.11 s); "x" routed to "other" (budget ``cap``) at the clock's time."""
+    router = ModelAwareRouter(ModelAwareKnobs(), clock=clock)
+    warm(router, "warm", "m")
+    warm(router, "other", "x", cap=cap)
+    routed = router.route("x", ["other"], weight_nbytes=8 * GB, cost_per_item=T_I)
+    assert routed is not None
+    router.release(routed.reservation)  # answered: only its recency stays
+    backlog(router, "warm", "m", 12)
+    return router
+
+
+def test_a_cold_load_that_evicts_a_model_in_use_pays_for_its_reload() -> None:
+    # Going cold on "other" is faster for this request (E = L + T_I < Q + T_I), but it evicts
+    # "x", routed there a moment ago, whose next request then pays a load: with D(other) = L
+    # the warm worker is the cheaper choice, and "x" stays.
+    clock = Clock()
+    router = _displacing(clock, cap=8 * GB)
+    clock.now += 1.0
+    route = router.route("m", ["other", "warm"], weight_nbytes=8 * GB, cost_per_item=T_I)
+    assert route is not None
+    assert route.order == ("warm", "other")
+    cold = route.estimates[1]
+    assert cold.seconds == pytest.approx(L_8GB + T_I)  # E(w) is still the request's latency
+    assert cold.displacement_ns == round(L_8GB * GB)
+    assert router.mirror.is_resident("other", "x")
+
+
+def test_evicting_an_idle_model_displaces_nothing() -> None:
+    # The same, but "x" was last routed longer ago than the horizon: it goes cold on "other".
+    clock = Clock()
+    router = _displacing(clock, cap=8 * GB)
+    clock.now += DISPLACEMENT_HORIZON_SECONDS + 0.5
+    route = router.route("m", ["other", "warm"], weight_nbytes=8 * GB, cost_per_item=T_I)
+    assert route is not None
+    assert route.order == ("other", "warm")
+    assert route.estimates[0].displacement_ns == 0
+    assert not router.mirror.is_resident("other", "x")
+
+
+def test_a_cold_load_with_room_displaces_nothing() -> None:
+    # "other" has room for "m" next to "x": no displacement, so it goes cold.
+    clock = Clock()
+    router = _displacing(clock, cap=16 * GB)
+    route = router.route("m", ["other", "warm"], weight_nbytes=8 * GB, cost_per_item=T_I)
+    assert route is not None
+    assert route.order == ("other", "warm")
+    assert route.estimates[0].displacement_ns == 0
+    assert router.mirror.resident_models("other") == ["m", "x"]
+
+
+def test_mirror_victims_are_what_routing_evicts() -> None:
+    mirror = ResidencyMirror()
+    mirror.observe(
+        "w",
+        [ModelResidency(n, 4, device_resident=True) for n in ("a", "b", "c")],
+        cache_max_bytes=12,
+    )
+    mirror.mark_routed("w", "b", 4)
+    mirror.mark_routed("w", "a", 4)
+    assert mirror.victims("w", "a", 4) == []  # resident: no load, no victim
+    assert mirror.victims("w", "d", 8) == [("c", 4), ("b", 4)]  # never routed, then oldest
+    assert mirror.mark_routed("w", "d", 8) == ["c", "b"]
 
 
 def test_centralized_registry_pays_the_network_to_a_remote_warm_worker() -> None:

@@ -1,8 +1,16 @@
 """Cold-start-aware routing estimate of the ``model_aware`` policy (08 §Policy `model_aware`).
 
-Every candidate worker gets ``E(w) = N(w) + Q(w) + L(m, w) + T_I(m)`` and the request goes to
-the argmin; the rest follow as failover order. Pure logic: the prober feeds polls in, the
-ModelInfer path asks for a route and releases its reservation::
+Every candidate worker gets ``E(w) = N(w) + Q(w) + L(m, w) + T_I(m)``, the request's expected
+latency there, and the request goes to the argmin of ``E(w) + D(w)``; the rest follow as
+failover order. ``D(w)`` is what a cold load on ``w`` displaces: the load times of the models
+the worker's LRU would evict to make room, counting only models routed there within the
+last ``displacement_horizon_seconds`` (0 when the model is resident or fits). Without it a
+queue on the warm worker longer than one load sends the model to the other worker, whose
+eviction of a model still in use costs a load later — with a budget far below the catalog the
+fleet then loads as often as round robin does (``bench.fleet``).
+
+Pure logic: the prober feeds polls in, the ModelInfer path asks for a route and releases its
+reservation::
 
     router = ModelAwareRouter(ModelAwareKnobs())
     router.observe_worker("w0:8001", models, cache_max_bytes=..., load_bytes_total=...,
@@ -20,7 +28,8 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 
 import attrs
@@ -28,6 +37,7 @@ import attrs
 __all__ = [
     "BANDWIDTH_EWMA_ALPHA",
     "DEFAULT_COST_PER_ITEM_SECONDS",
+    "DISPLACEMENT_HORIZON_SECONDS",
     "Estimate",
     "LoadBandwidth",
     "ModelAwareKnobs",
@@ -41,6 +51,9 @@ __all__ = [
 
 #: Cost per item when neither the model nor any other model has been measured (seconds).
 DEFAULT_COST_PER_ITEM_SECONDS = 0.01
+#: Default ``displacement_horizon_seconds``: on the order of a bursty model's on period, and
+#: long enough that the least recently used of a few Zipf-popular models is still in use.
+DISPLACEMENT_HORIZON_SECONDS = 2.0
 #: Weight of one poll's bandwidth sample. The spec names no knob; one sample already averages
 #: every load of a poll interval, so half weight follows a changed weight source within two polls.
 BANDWIDTH_EWMA_ALPHA = 0.5
@@ -86,6 +99,11 @@ class ModelAwareKnobs:
     cold_load_penalty: float = attrs.field(default=1.0, validator=_at_least_one)
     default_load_bandwidth_bytes_per_second: float = attrs.field(default=8e9, validator=_positive)
     load_overhead_seconds: float = attrs.field(default=0.005, validator=_not_negative)
+    #: A model the worker would evict counts in ``D(w)`` only if it was routed there within
+    #: this many seconds: an idle model (a bursty trace's off period) costs nothing to evict.
+    displacement_horizon_seconds: float = attrs.field(
+        default=DISPLACEMENT_HORIZON_SECONDS, validator=_not_negative
+    )
     network_seconds: Mapping[str, float] = attrs.field(
         factory=dict, converter=_frozen_map, validator=_not_negative_each, hash=False
     )
@@ -181,6 +199,7 @@ class ResidencyMirror:
     def __init__(self) -> None:
         self._workers: dict[str, _WorkerMirror] = {}
         self._last_routed: dict[tuple[str, str], int] = {}
+        self._routed_at: dict[tuple[str, str], float] = {}
         self._sequence = 0
 
     def observe(
@@ -213,32 +232,48 @@ class ResidencyMirror:
             return 0
         return sum(e.nbytes for e in state.models.values() if e.resident and not e.pinned)
 
-    def mark_routed(self, worker: str, model: str, weight_nbytes: int) -> list[str]:
-        """Record that ``model`` was routed to ``worker``; returns the models it evicted."""
+    def victims(self, worker: str, model: str, weight_nbytes: int) -> list[tuple[str, int]]:
+        """``(model, bytes)`` that routing ``model`` to ``worker`` would evict, in order."""
+        state = self._workers.get(worker)
+        if state is None or state.cache_max_bytes <= 0:
+            return []
+        entry = state.models.get(model)
+        if entry is not None and entry.resident:
+            return []
+        nbytes = entry.nbytes if entry is not None else weight_nbytes
+        used = self.budget_bytes(worker) + nbytes
+        out: list[tuple[str, int]] = []
+        for _, name in sorted(
+            (self._last_routed.get((worker, name), 0), name)
+            for name, e in state.models.items()
+            if e.resident and not e.pinned and name != model
+        ):
+            if used <= state.cache_max_bytes:
+                break
+            used -= state.models[name].nbytes
+            out.append((name, state.models[name].nbytes))
+        return out
+
+    def routed_at(self, worker: str, model: str) -> float | None:
+        """The ``now`` of the last :meth:`mark_routed` of ``model`` to ``worker`` (None: never)."""
+        return self._routed_at.get((worker, model))
+
+    def mark_routed(
+        self, worker: str, model: str, weight_nbytes: int, *, now: float = 0.0
+    ) -> list[str]:
+        """Record that ``model`` was routed to ``worker`` at ``now`` (a monotonic clock's
+        seconds); returns the models it evicted."""
+        evicted = [name for name, _ in self.victims(worker, model, weight_nbytes)]
         self._sequence += 1
         self._last_routed[(worker, model)] = self._sequence
+        self._routed_at[(worker, model)] = now
         state = self._workers.setdefault(worker, _WorkerMirror())
         entry = state.models.get(model)
         if entry is None:
             entry = state.models[model] = _Entry(weight_nbytes, resident=False, pinned=False)
-        if entry.resident:
-            return []
         entry.resident = True
-        if state.cache_max_bytes <= 0:
-            return []
-        victims = sorted(
-            (
-                (self._last_routed.get((worker, name), 0), name)
-                for name, e in state.models.items()
-                if e.resident and not e.pinned and name != model
-            ),
-        )
-        evicted: list[str] = []
-        for _, name in victims:
-            if self.budget_bytes(worker) <= state.cache_max_bytes:
-                break
+        for name in evicted:
             state.models[name].resident = False
-            evicted.append(name)
         return evicted
 
 
@@ -252,11 +287,18 @@ class Estimate:
     load_ns: int
     inference_ns: int
     resident: bool
+    #: ``D(w)``: the loads that the models this cold load evicts will need to come back.
+    displacement_ns: int = 0
 
     @property
     def total_ns(self) -> int:
-        """``E(w) = N + Q + L + T_I``."""
+        """``E(w) = N + Q + L + T_I``: this request's expected latency."""
         return self.network_ns + self.queue_ns + self.load_ns + self.inference_ns
+
+    @property
+    def cost_ns(self) -> int:
+        """What routing compares: ``E(w) + D(w)``."""
+        return self.total_ns + self.displacement_ns
 
     @property
     def seconds(self) -> float:
@@ -292,8 +334,11 @@ class Route:
 class ModelAwareRouter:
     """The ``model_aware`` policy's state: in-flight work, residency, bandwidth, cursors."""
 
-    def __init__(self, knobs: ModelAwareKnobs) -> None:
+    def __init__(
+        self, knobs: ModelAwareKnobs, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.knobs = knobs
+        self._clock = clock
         self.mirror = ResidencyMirror()
         self.bandwidth = LoadBandwidth(knobs.default_load_bandwidth_bytes_per_second)
         self._inflight_ns: dict[str, int] = {}
@@ -323,11 +368,14 @@ class ModelAwareRouter:
     ) -> Estimate:
         """``E(w)`` for one request of ``model`` whose ``T_I`` is ``inference_s``."""
         resident = self.mirror.is_resident(worker, model)
-        load = 0.0
+        load = displacement = 0.0
         if not resident:
-            k = self.knobs
-            transfer = max(0, weight_nbytes) / self.bandwidth.bandwidth(worker)
-            load = k.cold_load_penalty * (k.load_overhead_seconds + transfer)
+            load = self._load_seconds(worker, weight_nbytes)
+            since = self._clock() - self.knobs.displacement_horizon_seconds
+            for victim, nbytes in self.mirror.victims(worker, model, weight_nbytes):
+                routed = self.mirror.routed_at(worker, victim)
+                if routed is not None and routed >= since:
+                    displacement += self._load_seconds(worker, nbytes)
         return Estimate(
             worker=worker,
             network_ns=_ns(self.knobs.network_seconds.get(worker, 0.0)),
@@ -335,7 +383,14 @@ class ModelAwareRouter:
             load_ns=_ns(load),
             inference_ns=_ns(inference_s),
             resident=resident,
+            displacement_ns=_ns(displacement),
         )
+
+    def _load_seconds(self, worker: str, nbytes: int) -> float:
+        """``L``: penalty * (overhead + bytes / bandwidth) for one load on ``worker``."""
+        k = self.knobs
+        transfer = max(0, nbytes) / self.bandwidth.bandwidth(worker)
+        return k.cold_load_penalty * (k.load_overhead_seconds + transfer)
 
     def route(
         self,
@@ -349,7 +404,7 @@ class ModelAwareRouter:
     ) -> Route | None:
         """Choose a worker for one request and reserve its work; ``None`` without candidates.
 
-        Order: ascending ``E``; ties → resident first, smaller ``Q``, rotation after the model's
+        Order: ascending ``E + D``; ties → resident first, smaller ``Q``, rotation after the model's
         cursor (the worker chosen last), URL. The choice is marked resident in the mirror.
         """
         workers = sorted(set(candidates))
@@ -364,7 +419,7 @@ class ModelAwareRouter:
                 self.estimate(model, w, weight_nbytes=weight_nbytes, inference_s=t_i)
                 for w in workers
             ),
-            key=lambda e: (e.total_ns, not e.resident, e.queue_ns, rot[e.worker], e.worker),
+            key=lambda e: (e.cost_ns, not e.resident, e.queue_ns, rot[e.worker], e.worker),
         )
         chosen = estimates[0]
         self._cursor[model] = chosen.worker
@@ -380,7 +435,7 @@ class ModelAwareRouter:
         self._inflight_ns[chosen.worker] = (
             self._inflight_ns.get(chosen.worker, 0) + reservation.nanoseconds
         )
-        self.mirror.mark_routed(chosen.worker, model, weight_nbytes)
+        self.mirror.mark_routed(chosen.worker, model, weight_nbytes, now=self._clock())
         return Route(
             order=tuple(e.worker for e in estimates),
             estimates=tuple(estimates),
