@@ -4,7 +4,7 @@ Run from the repository root with the dev environment::
 
     .venv/bin/python -m bench.fleet [--suite | --quick] [--out DIR]
 
-Builds a catalog of copies of one model (``bench._density_catalog``; the heavy MLP by default),
+Builds a catalog of copies of one model (``bench._density_catalog``; the ``deep`` MLP by default),
 then for each routing mode (``round_robin``, ``lpt_packing``, ``model_aware``), each trace and
 each round starts two fresh workers (CPU arena, weight budget a few models each, ``fifo``) and
 a gateway in that mode (``bench._fleet_servers``), and replays the same seeded trace through
@@ -57,7 +57,7 @@ _MIB = 1024 * 1024
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    parser.add_argument("--kind", choices=("heavy", "cnn"), default="heavy")
+    parser.add_argument("--kind", choices=("deep", "heavy", "cnn"), default="deep")
     parser.add_argument("--ballast-bytes", type=int, default=0, help="cnn catalog only")
     parser.add_argument("--models", type=int, default=14, help="catalog size")
     parser.add_argument("--budget-models", type=float, default=3.0, help="weight budget/worker")
