@@ -25,6 +25,7 @@ from typing import Any
 __all__ = [
     "error_lines",
     "figure",
+    "figure_lines",
     "fmt",
     "free_port",
     "gpu_names",
@@ -149,6 +150,16 @@ def figure(
         "target": target,
         "met": None if target is None or value is None else met,
     }
+
+
+def figure_lines(figures: Sequence[dict[str, Any]]) -> list[str]:
+    """The Markdown list of :func:`figure` s: ``- name: value unit, target T (met)``."""
+    lines = []
+    for f in figures:
+        verdict = "" if f["met"] is None else (" (met)" if f["met"] else " (NOT met)")
+        target = f", target {f['target']}" if f["target"] else ""
+        lines.append(f"- {f['name']}: {fmt(f['value'], '.2f')} {f['unit']}{target}{verdict}")
+    return lines
 
 
 def error_lines(errors: Sequence[str]) -> list[str]:

@@ -8,9 +8,7 @@ arena is its budget plus one model of headroom; the resident worker's holds the 
 
 from __future__ import annotations
 
-import re
 import time
-import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ import attrs
 
 from bench._density_catalog import Catalog
 from bench._grpc_load import run_load
-from bench._grpc_servers import Server, start_worker
+from bench._grpc_servers import Server, metric_sums, start_worker
 
 __all__ = [
     "COUNTERS",
@@ -41,7 +39,6 @@ COUNTERS = (
     "worker_dispatch_total",
 )
 _GAUGES = ("worker_weight_cache_max_bytes", "worker_device_memory_limit_bytes")
-_SAMPLE = re.compile(r"^(\w+)(?:\{[^}]*\})? (\S+)$")
 #: Slack on top of what an arena must hold (alignment, the OOM retry's second try).
 _HEADROOM_BYTES = 64 << 20
 
@@ -83,15 +80,7 @@ def start_density_worker(
 
 def scrape(server: Server) -> Counters:
     """The series of :data:`COUNTERS` and the budget gauges now, summed over their labels."""
-    assert server.http_url is not None
-    with urllib.request.urlopen(f"{server.http_url}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    out: Counters = {}
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if match and match[1] in (*COUNTERS, *_GAUGES):
-            out[match[1]] = out.get(match[1], 0.0) + float(match[2])
-    return out
+    return metric_sums(server, (*COUNTERS, *_GAUGES))
 
 
 def delta(before: Mapping[str, float], after: Mapping[str, float]) -> Counters:

@@ -8,9 +8,7 @@ discipline, which every mode accepts (``lpt_packing`` refuses ``fair``).
 
 from __future__ import annotations
 
-import re
 import time
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +17,7 @@ from typing import Any
 import attrs
 
 from bench._density_catalog import Catalog
-from bench._grpc_servers import Server, _statistics, start_worker
+from bench._grpc_servers import Server, _statistics, metric_sums, start_worker
 from bench.gateway import start_gateway
 
 __all__ = [
@@ -41,9 +39,8 @@ COUNTERS = (
     "worker_weight_loads_total",
     "worker_weight_load_seconds_total",
     "worker_weight_load_bytes_total",
-    "worker_weight_evictions_total",
+    "worker_weight_evicts_total",
 )
-_SAMPLE = re.compile(r"^([a-z_]+)(?:\{[^}]*\})? ([0-9.eE+-]+)$")
 
 #: Gateway settings per mode: status polls every :data:`POLL_S`; ``lpt_packing`` places the
 #: models at start-up and repacks after every second of compute.
@@ -93,13 +90,8 @@ def counters(workers: Sequence[Server]) -> dict[str, float]:
     """:data:`COUNTERS` summed over ``workers``' ``/metrics``."""
     out = dict.fromkeys(COUNTERS, 0.0)
     for worker in workers:
-        assert worker.http_url is not None
-        with urllib.request.urlopen(f"{worker.http_url}/metrics", timeout=10) as response:
-            text = response.read().decode()
-        for line in text.splitlines():
-            match = _SAMPLE.match(line)
-            if match and match[1] in out:
-                out[match[1]] += float(match[2])
+        for name, value in metric_sums(worker, COUNTERS).items():
+            out[name] += value
     return out
 
 

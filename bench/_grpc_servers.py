@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+import urllib.request
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ __all__ = [
     "cpu_split",
     "executions_by_batch",
     "export_examples",
+    "metric_sums",
     "model_stats",
     "start_bare",
     "start_worker",
@@ -164,6 +167,24 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         return self.proc.returncode
+
+
+#: One sample line of the Prometheus text format: the series name, its labels, its value.
+_SAMPLE = re.compile(r"^(\w+)(?:\{[^}]*\})? (\S+)$")
+
+
+def metric_sums(server: Server, names: Collection[str]) -> dict[str, float]:
+    """The series ``names`` of ``server``'s ``/metrics`` now, each summed over its labels
+    (a series the server does not report is absent)."""
+    assert server.http_url is not None
+    with urllib.request.urlopen(f"{server.http_url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match and match[1] in names:
+            out[match[1]] = out.get(match[1], 0.0) + float(match[2])
+    return out
 
 
 def start_bare(tmp: Path, cpus: frozenset[int] | None, *, handoff: bool = False) -> Server:

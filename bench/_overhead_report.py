@@ -4,22 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench._common import fmt, machine_line
+from bench._common import figure_lines, fmt, machine_line
 
 __all__ = ["STAGES", "markdown"]
 
 #: The ``stage`` labels of ``worker_stage_cpu_seconds_total``, in request order.
 STAGES = ("decode", "queue", "dispatch", "encode")
 _OTHER = ("event_loop", "dispatch_thread", "grpc", "other_threads")
-
-
-def _summary(report: dict[str, Any]) -> list[str]:
-    lines = []
-    for f in report["figures"]:
-        verdict = "" if f["met"] is None else (" (met)" if f["met"] else " (NOT met)")
-        target = f", target {f['target']}" if f["target"] else ""
-        lines.append(f"- {f['name']}: {fmt(f['value'], '.2f')} {f['unit']}{target}{verdict}")
-    return lines
 
 
 def _placement(pinned: dict[str, list[int]] | None) -> str:
@@ -150,7 +141,7 @@ def markdown(report: dict[str, Any]) -> list[str]:
         "",
         f"Command: `{report['command']}`",
         "",
-        *_summary(report),
+        *figure_lines(report["figures"]),
         "",
         *_runs(report),
         *_stages(report),

@@ -107,7 +107,7 @@ def _measure(
         **result,
         "cold_loads": int(loads),
         "cold_per_1000": 1000 * loads / max(1, len(arrivals)),
-        "evictions": int(delta["worker_weight_evictions_total"]),
+        "evictions": int(delta["worker_weight_evicts_total"]),
         "load_s_each": delta["worker_weight_load_seconds_total"] / loads if loads else None,
         "batch1_exec_s": exec_s,
         "batch1_executions": executions,

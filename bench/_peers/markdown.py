@@ -5,21 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bench._common import error_lines, fmt, machine_line
+from bench._common import error_lines, figure_lines, fmt, machine_line
 from bench._peers.cells import short
 
 __all__ = ["markdown"]
 
 Row = dict[str, Any]
-
-
-def _figures(report: Row) -> list[str]:
-    lines = []
-    for f in report["figures"]:
-        verdict = "" if f["met"] is None else (" (met)" if f["met"] else " (NOT met)")
-        target = f", target {f['target']}" if f["target"] else ""
-        lines.append(f"- {f['name']}: {fmt(f['value'], '.2f')} {f['unit']}{target}{verdict}")
-    return lines
 
 
 def _servers(report: Row) -> list[str]:
@@ -109,7 +100,7 @@ def markdown(report: Row) -> list[str]:
         "",
         "## Figures",
         "",
-        *_figures(report),
+        *figure_lines(report["figures"]),
         "",
         "## Servers",
         "",

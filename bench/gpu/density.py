@@ -17,15 +17,13 @@ Targets (00): throughput >= 0.7x all-resident, p99 <= 3x.
 
 from __future__ import annotations
 
-import re
 import sys
-import urllib.request
 from typing import Any
 
 from bench._common import figure
 from bench._density_catalog import Cursor, top_share, zipf_sequence
 from bench._grpc_load import Load, combine
-from bench._grpc_servers import Server, start_worker
+from bench._grpc_servers import Server, metric_sums, start_worker
 from bench.gpu._catalog import Catalog, build_catalog
 from bench.gpu._load import run_rows
 from bench.gpu._modes import worker_env
@@ -44,22 +42,13 @@ _COUNTERS = (
     "worker_weight_load_bytes_total",
 )
 _GAUGES = ("worker_weight_cache_max_bytes", "worker_device_memory_in_use_bytes")
-_SAMPLE = re.compile(r"^(\w+)(?:\{[^}]*\})? (\S+)$")
 _SEQUENCE = 200_000
 _SEED = 13
 _RESERVE_S = 10.0
 
 
 def _scrape(server: Server) -> dict[str, float]:
-    assert server.http_url is not None
-    with urllib.request.urlopen(f"{server.http_url}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if match and match[1] in (*_COUNTERS, *_GAUGES):
-            out[match[1]] = out.get(match[1], 0.0) + float(match[2])
-    return out
+    return metric_sums(server, (*_COUNTERS, *_GAUGES))
 
 
 def _start(step: Step, catalog: Catalog, mode: str) -> Server:
