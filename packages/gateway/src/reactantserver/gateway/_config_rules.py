@@ -12,7 +12,7 @@ from typing import Any, Final, Literal, TypeAlias
 
 import attrs
 
-from reactantserver.core.config_rules import (
+from reactantserver.core.config.rules import (
     MAX_GRPC_MESSAGE_BYTES,
     MAX_PORT,
     Check,

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import attrs
 
-from reactantserver.core.config_rules import strict_bool, strict_float, strict_int, strict_str
+from reactantserver.core.config.rules import strict_bool, strict_float, strict_int, strict_str
 from reactantserver.core.errors import ConfigError
 from reactantserver.gateway._config_rules import (
     CHECK_KEY,

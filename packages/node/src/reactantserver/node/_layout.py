@@ -13,7 +13,6 @@ from typing import Final
 
 import attrs
 
-from reactantserver.core._config_node import AUTO_GPUS
 from reactantserver.core.config import (
     Backend,
     NodeConfig,
@@ -21,6 +20,7 @@ from reactantserver.core.config import (
     node_worker_configs,
     synthesize_workers,
 )
+from reactantserver.core.config._node import AUTO_GPUS
 from reactantserver.core.errors import ConfigError
 from reactantserver.node._devices import DeviceSelection, NvmlCount, detect_devices
 

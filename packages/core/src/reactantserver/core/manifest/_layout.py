@@ -14,8 +14,8 @@ from pathlib import Path
 
 import attrs
 
-from reactantserver.core._manifest_types import Manifest
 from reactantserver.core.errors import BundleError
+from reactantserver.core.manifest._types import Manifest
 
 logger = logging.getLogger("reactantserver.core.manifest")
 

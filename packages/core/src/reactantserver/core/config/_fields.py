@@ -11,7 +11,7 @@ from typing import Any, Final, TypeVar
 
 import attrs
 
-from reactantserver.core.config_rules import (
+from reactantserver.core.config.rules import (
     MAX_GRPC_MESSAGE_BYTES,
     MAX_PORT,
     Check,

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from reactantserver.core import codec
-from reactantserver.core._codec_decode import input_data, input_headers, requested_outputs
-from reactantserver.core._codec_fast import plain_inputs, plain_outputs, plain_payloads
+from reactantserver.core.codec._decode import input_data, input_headers, requested_outputs
+from reactantserver.core.codec._fast import plain_inputs, plain_outputs, plain_payloads
 from reactantserver.core.dtypes import DType
 from reactantserver.core.errors import InvalidArgumentError, RegionNotRegisteredError
 from reactantserver.core.hooks import NamedTensor

@@ -19,9 +19,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import serialize_byte_tensor
 
-from reactantserver.core._rest_infer import HEADER_LENGTH, OutputPlan, infer_request, infer_response
 from reactantserver.core.protocol import grpc_service_pb2 as pb
 from reactantserver.core.rest import RestCallError, RestResponse
+from reactantserver.core.rest._infer import HEADER_LENGTH, OutputPlan, infer_request, infer_response
 
 ARRAYS: dict[str, np.ndarray[Any, Any]] = {
     "BOOL": np.array([[True, False, True], [False, False, True]]),

@@ -26,7 +26,7 @@ from cattrs.errors import (
 from cattrs.gen import make_dict_structure_fn, override
 from cattrs.v import format_exception as _cattrs_format_exception
 
-from reactantserver.core._config_fields import (
+from reactantserver.core.config._fields import (
     CHECK_KEY,
     ENV_ONLY_KEY,
     HAND_PARSED_KEY,
@@ -34,7 +34,7 @@ from reactantserver.core._config_fields import (
     Check,
     InvalidValue,
 )
-from reactantserver.core.config_rules import (
+from reactantserver.core.config.rules import (
     describe,
     format_path,
     strict_bool,

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import attrs
 
-from reactantserver.core._config_env import (
+from reactantserver.core.config._env import (
     CACHE_DIR_VARIABLE,
     DEFAULT_NODE_FILE,
     ENV_OVERRIDES,
@@ -31,9 +31,9 @@ from reactantserver.core._config_env import (
     WORKER_THREADS_VARIABLE,
     resolve_cache_dir,
 )
-from reactantserver.core._config_fields import ENV_ONLY_KEY
-from reactantserver.core._config_keys import REMOVED_KEYS
-from reactantserver.core._config_node import (
+from reactantserver.core.config._fields import ENV_ONLY_KEY
+from reactantserver.core.config._keys import REMOVED_KEYS
+from reactantserver.core.config._node import (
     GpuSpec,
     ListenConfig,
     NodeConfig,
@@ -41,15 +41,15 @@ from reactantserver.core._config_node import (
     SupervisorConfig,
     WorkerEntry,
 )
-from reactantserver.core._config_node import node_config_from_mapping as _parse_node
-from reactantserver.core._config_resolve import (
+from reactantserver.core.config._node import node_config_from_mapping as _parse_node
+from reactantserver.core.config._resolve import (
     node_config_to_dict,
     node_worker_configs,
     resolve_worker_config,
     synthesize_workers,
     worker_entries,
 )
-from reactantserver.core._config_schema import (
+from reactantserver.core.config._schema import (
     Backend,
     EndpointsConfig,
     EnvOverride,
@@ -68,15 +68,15 @@ from reactantserver.core._config_schema import (
     TlsConfig,
     WorkerConfig,
 )
-from reactantserver.core._config_structure import Origin, raise_problems
-from reactantserver.core._config_worker import (
+from reactantserver.core.config._structure import Origin, raise_problems
+from reactantserver.core.config._worker import (
     Layer,
     finish_worker_config,
     merge_layers,
     set_path,
     top_level_mapping,
 )
-from reactantserver.core._config_yaml import load_yaml_file
+from reactantserver.core.config._yaml import load_yaml_file
 from reactantserver.core.errors import ConfigError
 
 __all__ = [

@@ -13,17 +13,17 @@ from typing import Any
 
 import attrs
 
-from reactantserver.core._manifest_check import Checker, child, describe, is_int, item
-from reactantserver.core._manifest_tensors import ParsedTensor, parse_tensor_list
-from reactantserver.core._manifest_types import (
+from reactantserver.core.dtypes import DType
+from reactantserver.core.errors import ManifestError
+from reactantserver.core.manifest._check import Checker, child, describe, is_int, item
+from reactantserver.core.manifest._tensors import ParsedTensor, parse_tensor_list
+from reactantserver.core.manifest._types import (
     AxisLetters,
     Kind,
     Manifest,
     SourceFormat,
     Variant,
 )
-from reactantserver.core.dtypes import DType
-from reactantserver.core.errors import ManifestError
 from reactantserver.core.types import Variable
 
 _TOP_KEYS = frozenset(

@@ -13,7 +13,7 @@ from urllib.parse import unquote
 
 import attrs
 
-from reactantserver.core._rest_json import bad_request
+from reactantserver.core.rest._json import bad_request
 
 __all__ = ["ALLOWED_METHODS", "Endpoint", "Route", "match_route"]
 

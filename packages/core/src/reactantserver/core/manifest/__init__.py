@@ -19,7 +19,8 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped,unused-ignore]
 
-from reactantserver.core._manifest_layout import (
+from reactantserver.core.errors import BundleError, ManifestError
+from reactantserver.core.manifest._layout import (
     MANIFEST_FILENAME,
     MLIR_BYTECODE_MAGIC,
     MODEL_PY_FILENAME,
@@ -30,9 +31,9 @@ from reactantserver.core._manifest_layout import (
     module_filename,
     resolve_layout,
 )
-from reactantserver.core._manifest_parse import parse_manifest
-from reactantserver.core._manifest_tensors import BATCH_LETTER, VARIABLE_SIZE
-from reactantserver.core._manifest_types import (
+from reactantserver.core.manifest._parse import parse_manifest
+from reactantserver.core.manifest._tensors import BATCH_LETTER, VARIABLE_SIZE
+from reactantserver.core.manifest._types import (
     AxisLetters,
     Kind,
     Manifest,
@@ -40,7 +41,6 @@ from reactantserver.core._manifest_types import (
     VariableAxis,
     Variant,
 )
-from reactantserver.core.errors import BundleError, ManifestError
 
 __all__ = [
     "BATCH_LETTER",

@@ -15,17 +15,17 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from reactantserver.core._rest_infer import infer_request, infer_response
-from reactantserver.core._rest_json import (
+from reactantserver.core.protocol import grpc_service_pb2 as pb
+from reactantserver.core.rest._infer import infer_request, infer_response
+from reactantserver.core.rest._json import (
     bad_request,
     json_type,
     message_to_json,
     parse_json_object,
     require_int,
 )
-from reactantserver.core._rest_routes import Endpoint, Route
-from reactantserver.core._rest_types import RestResponse, empty_response, json_response
-from reactantserver.core.protocol import grpc_service_pb2 as pb
+from reactantserver.core.rest._routes import Endpoint, Route
+from reactantserver.core.rest._types import RestResponse, empty_response, json_response
 
 __all__ = ["Render", "translate"]
 

@@ -9,11 +9,11 @@ import pytest
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from reactantserver.core._rest_json import infer_parameter, message_to_json
-from reactantserver.core._rest_routes import ALLOWED_METHODS, Endpoint, Route, match_route
 from reactantserver.core.protocol import grpc_service_pb2 as pb
 from reactantserver.core.protocol import model_config_pb2 as mc
 from reactantserver.core.rest import RestCallError
+from reactantserver.core.rest._json import infer_parameter, message_to_json
+from reactantserver.core.rest._routes import ALLOWED_METHODS, Endpoint, Route, match_route
 
 
 def _config() -> mc.ModelConfig:

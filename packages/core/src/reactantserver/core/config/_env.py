@@ -17,9 +17,9 @@ from typing import Any, Final, get_args
 
 import attrs
 
-from reactantserver.core._config_fields import InvalidValue
-from reactantserver.core._config_keys import iter_leaves
-from reactantserver.core._config_structure import Origin, Problem, format_path
+from reactantserver.core.config._fields import InvalidValue
+from reactantserver.core.config._keys import iter_leaves
+from reactantserver.core.config._structure import Origin, Problem, format_path
 
 __all__ = [
     "ALIAS_VARIABLES",

@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from reactantserver.core._codec_bytes import parse_bytes
-from reactantserver.core._codec_contents import typed_fields_set, typed_to_array
-from reactantserver.core._codec_params import int_param, param_value
-from reactantserver.core._codec_tensor import (
+from reactantserver.core.codec._bytes import parse_bytes
+from reactantserver.core.codec._contents import typed_fields_set, typed_to_array
+from reactantserver.core.codec._params import int_param, param_value
+from reactantserver.core.codec._tensor import (
     SHM_BYTE_SIZE,
     SHM_REGION,
     TensorHeader,

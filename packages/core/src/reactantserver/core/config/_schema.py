@@ -8,7 +8,7 @@ from typing import Final
 
 import attrs
 
-from reactantserver.core._config_fields import (
+from reactantserver.core.config._fields import (
     GIB,
     HOOK_THREADS_CAP,
     MAX_GRPC_MESSAGE_BYTES,

@@ -24,9 +24,9 @@ from collections.abc import Mapping
 
 import attrs
 
-from reactantserver.core._rest_endpoints import translate
-from reactantserver.core._rest_routes import ALLOWED_METHODS, match_route
-from reactantserver.core._rest_types import (
+from reactantserver.core.rest._endpoints import translate
+from reactantserver.core.rest._routes import ALLOWED_METHODS, match_route
+from reactantserver.core.rest._types import (
     RestBackend,
     RestCallError,
     RestContext,

@@ -14,8 +14,8 @@ from typing import Any
 
 import attrs
 
-from reactantserver.core._manifest_check import Checker, child, describe, is_int, item
 from reactantserver.core.dtypes import DType
+from reactantserver.core.manifest._check import Checker, child, describe, is_int, item
 from reactantserver.core.types import Batch, Dim, Fixed, TensorSpec, Variable
 
 BATCH_LETTER = "n"

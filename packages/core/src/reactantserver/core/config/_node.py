@@ -17,7 +17,7 @@ from typing import Any, Final, Literal, TypeAlias
 
 import attrs
 
-from reactantserver.core._config_fields import (
+from reactantserver.core.config._fields import (
     HAND_PARSED_KEY,
     MAX_PORT,
     Choice,
@@ -26,9 +26,9 @@ from reactantserver.core._config_fields import (
     required_setting,
     setting,
 )
-from reactantserver.core._config_keys import check_keys, file_fields, removed_hint
-from reactantserver.core._config_schema import WorkerConfig
-from reactantserver.core._config_structure import (
+from reactantserver.core.config._keys import check_keys, file_fields, removed_hint
+from reactantserver.core.config._schema import WorkerConfig
+from reactantserver.core.config._structure import (
     KeyPath,
     Origin,
     Problem,

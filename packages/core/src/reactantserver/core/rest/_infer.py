@@ -21,26 +21,26 @@ import attrs
 import grpc
 import numpy as np
 
-from reactantserver.core._codec_bytes import parse_bytes
-from reactantserver.core._codec_contents import typed_to_array
-from reactantserver.core._codec_params import param_value
-from reactantserver.core._codec_tensor import SHM_REGION, wire_payload
-from reactantserver.core._rest_json import (
+from reactantserver.core.codec._bytes import parse_bytes
+from reactantserver.core.codec._contents import typed_to_array
+from reactantserver.core.codec._params import param_value
+from reactantserver.core.codec._tensor import SHM_REGION, wire_payload
+from reactantserver.core.dtypes import DType
+from reactantserver.core.errors import ReactantError
+from reactantserver.core.protocol import grpc_service_pb2 as pb
+from reactantserver.core.rest._json import (
     bad_request,
     infer_parameter,
     json_type,
     parse_json_object,
 )
-from reactantserver.core._rest_types import (
+from reactantserver.core.rest._types import (
     CONTENT_TYPE,
     JSON,
     OCTET_STREAM,
     RestCallError,
     RestResponse,
 )
-from reactantserver.core.dtypes import DType
-from reactantserver.core.errors import ReactantError
-from reactantserver.core.protocol import grpc_service_pb2 as pb
 
 __all__ = ["HEADER_LENGTH", "OutputPlan", "infer_request", "infer_response"]
 

@@ -23,17 +23,17 @@ from typing import Any
 
 import numpy as np
 
-from reactantserver.core._codec_contents import typed_to_array
-from reactantserver.core._codec_deadline import MAX_BUDGET_NS, effective_deadline_ns
-from reactantserver.core._codec_decode import (
+from reactantserver.core.codec._contents import typed_to_array
+from reactantserver.core.codec._deadline import MAX_BUDGET_NS, effective_deadline_ns
+from reactantserver.core.codec._decode import (
     input_data,
     input_headers,
     request_parameters,
     requested_outputs,
 )
-from reactantserver.core._codec_fast import plain_inputs, plain_outputs, plain_payloads
-from reactantserver.core._codec_params import set_param
-from reactantserver.core._codec_tensor import (
+from reactantserver.core.codec._fast import plain_inputs, plain_outputs, plain_payloads
+from reactantserver.core.codec._params import set_param
+from reactantserver.core.codec._tensor import (
     MAX_ELEMENTS,
     SHM_BYTE_SIZE,
     SHM_OFFSET,

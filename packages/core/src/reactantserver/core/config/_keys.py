@@ -13,9 +13,9 @@ from typing import Any, Final
 
 import attrs
 
-from reactantserver.core._config_fields import ENV_ONLY_KEY
-from reactantserver.core._config_schema import WorkerConfig
-from reactantserver.core._config_structure import KeyPath, Origin, Problem, describe
+from reactantserver.core.config._fields import ENV_ONLY_KEY
+from reactantserver.core.config._schema import WorkerConfig
+from reactantserver.core.config._structure import KeyPath, Origin, Problem, describe
 
 __all__ = [
     "REMOVED_KEYS",

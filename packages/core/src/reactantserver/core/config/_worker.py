@@ -16,14 +16,14 @@ from typing import Any, Final
 
 import attrs
 
-from reactantserver.core._config_env import (
+from reactantserver.core.config._env import (
     parse_hook_threads,
     resolve_autotune_cache_dir,
     resolve_cache_dir,
     scan_env,
 )
-from reactantserver.core._config_keys import check_keys
-from reactantserver.core._config_schema import (
+from reactantserver.core.config._keys import check_keys
+from reactantserver.core.config._schema import (
     Backend,
     EndpointsConfig,
     EnvOverride,
@@ -38,7 +38,7 @@ from reactantserver.core._config_schema import (
     TlsConfig,
     WorkerConfig,
 )
-from reactantserver.core._config_structure import (
+from reactantserver.core.config._structure import (
     KeyPath,
     Origin,
     Problem,

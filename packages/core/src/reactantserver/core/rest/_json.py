@@ -18,9 +18,9 @@ import numpy as np
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from reactantserver.core._codec_params import set_param
-from reactantserver.core._rest_types import RestCallError
+from reactantserver.core.codec._params import set_param
 from reactantserver.core.protocol import grpc_service_pb2 as pb
+from reactantserver.core.rest._types import RestCallError
 
 __all__ = [
     "bad_request",

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from reactantserver.core._config_resolve import shared_mem_fraction
 from reactantserver.core.config import (
     ListenConfig,
     NodeConfig,
@@ -23,6 +22,7 @@ from reactantserver.core.config import (
     synthesize_workers,
     worker_entries,
 )
+from reactantserver.core.config._resolve import shared_mem_fraction
 from reactantserver.core.errors import ConfigError
 
 ENV = {"HOME": "/home/tester"}

@@ -8,8 +8,8 @@ from typing import Any
 import attrs
 import numpy as np
 
-from reactantserver.core._codec_bytes import parse_bytes, serialize_bytes
-from reactantserver.core._codec_params import int_param, string_param
+from reactantserver.core.codec._bytes import parse_bytes, serialize_bytes
+from reactantserver.core.codec._params import int_param, string_param
 from reactantserver.core.dtypes import DType
 from reactantserver.core.errors import InvalidArgumentError, RegionNotRegisteredError
 from reactantserver.core.protocol import grpc_service_pb2 as pb

@@ -12,16 +12,16 @@ from typing import Any, Final
 
 import attrs
 
-from reactantserver.core._config_node import (
+from reactantserver.core.config._node import (
     SYNTHESIZED_WORKER_PREFIX,
     NodeConfig,
     WorkerEntry,
     node_problems,
     worker_ports,
 )
-from reactantserver.core._config_schema import Residency, RuntimeConfig, WorkerConfig
-from reactantserver.core._config_structure import Origin, config_error, raise_problems
-from reactantserver.core._config_worker import (
+from reactantserver.core.config._schema import Residency, RuntimeConfig, WorkerConfig
+from reactantserver.core.config._structure import Origin, config_error, raise_problems
+from reactantserver.core.config._worker import (
     Layer,
     Origins,
     RawConfig,
