@@ -91,13 +91,13 @@ def bench_weight_loads(
 ) -> dict[str, Any]:
     """Time on-demand loads through the cache against raw copies of the same bytes."""
     from reactantserver.core.weights import PrivateWeightStore
-    from reactantserver.worker._backend import JaxBackend
     from reactantserver.worker.runtime import (
         ExecutableCache,
         Residency,
         WeightCache,
         load_bundle,
     )
+    from reactantserver.worker.runtime.jax_backend import JaxBackend
 
     backend = JaxBackend("cpu")
     model = load_bundle(_build_big_model(workdir, width), backend, ExecutableCache(None, backend))
@@ -150,7 +150,7 @@ _START = """
 import json, sys, time
 t0 = time.perf_counter()
 from pathlib import Path
-from reactantserver.worker._backend import JaxBackend
+from reactantserver.worker.runtime.jax_backend import JaxBackend
 from reactantserver.worker.runtime import ExecutableCache, load_bundle
 backend = JaxBackend("cpu")
 t1 = time.perf_counter()

@@ -209,13 +209,13 @@ def loaded_cnn(
     share the weights, put on the device once. Unloaded on exit.
     """
     from reactantserver.core.weights import PrivateWeightStore
-    from reactantserver.worker._backend import JaxBackend
     from reactantserver.worker.runtime import (
         ExecutableCache,
         Residency,
         WeightCache,
         load_bundle,
     )
+    from reactantserver.worker.runtime.jax_backend import JaxBackend
 
     with tempfile.TemporaryDirectory(prefix="rs-bench-") as tmp:
         if models is None:

@@ -112,8 +112,8 @@ def test_pytest_summary_is_parsed() -> None:
 def test_gpu_shaped_results_make_figures(monkeypatch: pytest.MonkeyPatch) -> None:
     """The report paths only a GPU run reaches: allocator statistics, page-locked loads."""
     from bench.gpu import density, served, transfers
-    from reactantserver.worker._backend import JaxBackend
     from reactantserver.worker.runtime import MemoryStats
+    from reactantserver.worker.runtime.jax_backend import JaxBackend
 
     stats = MemoryStats(bytes_in_use=5, bytes_limit=80, peak_bytes_in_use=9, bytes_reserved=0)
     monkeypatch.setattr(JaxBackend, "memory_stats", lambda self: stats)

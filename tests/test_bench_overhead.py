@@ -11,7 +11,7 @@ import pytest
 
 from bench._overhead_report import STAGES
 from bench.overhead import QUEUE_DELAY_US
-from reactantserver.worker.server.metrics import CPU_STAGES
+from reactantserver.worker.views.metrics import CPU_STAGES
 from tests._bench_support import run_bench
 
 

@@ -21,7 +21,7 @@ from reactantserver.core.types import Batch, Fixed, Variable
 from reactantserver.export import validate
 from reactantserver.export._hooks_loader import load_registration
 from reactantserver.export._session import BundleSession
-from reactantserver.worker._backend import JaxBackend
+from reactantserver.worker.runtime.jax_backend import JaxBackend
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ("mlp", "cnn", "classifier_hooks", "pipeline", "two_io")

@@ -42,7 +42,7 @@ _RESERVE_S = 12.0
 _MIN_STEP_S = 15.0
 #: SIGTERM -> SIGKILL for an overrunning step (its workers shut down gracefully meanwhile).
 _KILL_GRACE_S = 12.0
-_GPU_TESTS = "packages/worker/tests/test_backend_gpu.py"
+_GPU_TESTS = "packages/worker/tests/runtime/test_backend_gpu.py"
 _DISTS = (
     "jax",
     "jaxlib",

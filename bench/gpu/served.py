@@ -38,8 +38,8 @@ _RESERVE_S = 8.0
 
 
 def _raw(step: Step, bundle: Path) -> Any:
-    from reactantserver.worker._backend import JaxBackend
     from reactantserver.worker.runtime import CompileSpec, ExecutableCache, load_bundle
+    from reactantserver.worker.runtime.jax_backend import JaxBackend
 
     backend = JaxBackend(step.mode.platform)
     cache = ExecutableCache(step.work / "cache" / "executables", backend)

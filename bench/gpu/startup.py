@@ -31,7 +31,7 @@ PROBE = """
 import json, sys, time
 t0 = time.perf_counter()
 from pathlib import Path
-from reactantserver.worker._backend import JaxBackend
+from reactantserver.worker.runtime.jax_backend import JaxBackend
 from reactantserver.worker.runtime import CompileSpec, ExecutableCache, load_bundle
 backend = JaxBackend(sys.argv[3])
 t1 = time.perf_counter()

@@ -66,7 +66,7 @@ class _ArraysSource:
 def _device(step: Step) -> dict[str, Any]:
     import jax
 
-    from reactantserver.worker._backend import JaxBackend, jax_versions
+    from reactantserver.worker.runtime.jax_backend import JaxBackend, jax_versions
 
     backend = JaxBackend(step.mode.platform, page_locked=True)
     stats = backend.memory_stats()
@@ -92,9 +92,9 @@ def _bandwidth(step: Step) -> dict[str, Any]:
     import jax
 
     from bench.gpu._resnet import init_params
-    from reactantserver.worker._backend import JaxBackend
     from reactantserver.worker.runtime import Residency, WeightCache
     from reactantserver.worker.runtime._page_locked import PageLockedSource
+    from reactantserver.worker.runtime.jax_backend import JaxBackend
 
     locking = JaxBackend(step.mode.platform, page_locked=True)
     pageable = JaxBackend(step.mode.platform, page_locked=False)
@@ -206,9 +206,9 @@ def _bandwidth_figures(result: dict[str, Any], platform: str) -> list[dict[str, 
 
 def _memory(step: Step) -> dict[str, Any]:
     from bench.gpu._resnet import init_params
-    from reactantserver.worker._backend import JaxBackend
     from reactantserver.worker.runtime import Residency, WeightCache
     from reactantserver.worker.runtime._page_locked import floor_source
+    from reactantserver.worker.runtime.jax_backend import JaxBackend
 
     backend = JaxBackend(step.mode.platform)
     arrays = [a for leaves in init_params(step.mode.arch, 2).values() for a in leaves.values()]

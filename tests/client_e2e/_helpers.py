@@ -23,7 +23,14 @@ from reactantserver import client as rc
 from reactantserver.core.errors import ReactantError
 from reactantserver.core.protocol import grpc_service_pb2 as pb
 from tests.worker_e2e._bundles import SPIN
-from tests.worker_e2e._harness import Answers, WorkerProcess, infer_input, spin_input, wait_for
+from tests.worker_e2e._harness import (
+    Answers,
+    WorkerProcess,
+    infer_input,
+    queue_waits,
+    spin_input,
+    wait_for,
+)
 
 OURS: list[WorkerProcess] = []
 """Every worker this suite started (checked for left-over registrations after each test)."""
@@ -188,7 +195,11 @@ def device_held(triton: Any, worker: WorkerProcess, iterations: float) -> Iterat
     the block queues; on exit both spins must have succeeded.
     """
     spins = Answers(2)
+    taken = queue_waits(triton, SPIN)
     triton.async_infer(SPIN, [spin_input(iterations)], spins.callback("long"))
+    # The short spin goes out only once the long one left the queue for an execution, so the
+    # two are never coalesced into one batch however fast the server turns.
+    wait_for(lambda: queue_waits(triton, SPIN) > taken, "the long spin request dispatched")
     triton.async_infer(SPIN, [spin_input(1)], spins.callback("short"))
     wait_for(
         lambda: (

@@ -1,6 +1,6 @@
 """Self-signed certificates for the TLS tests, made with the ``openssl`` command line.
 
-The same recipe as the worker's unit tests (``packages/worker/tests/server/test_app.py``),
+The same recipe as the worker's unit tests (``packages/worker/tests/test_server.py``),
 which this suite cannot import: every certificate names ``localhost`` and ``127.0.0.1``, a CA
 is self-signed with ``CA:TRUE`` and leaf certificates are signed by it::
 

@@ -327,9 +327,9 @@ def dispatch_held(client: Any, worker: WorkerProcess, already_in_flight: int = 0
     queues behind it. On exit both spin requests must succeed.
     """
     spins = Answers(2)
-    taken = _queue_waits(client, SPIN)
+    taken = queue_waits(client, SPIN)
     client.async_infer(SPIN, [spin_input()], spins.callback("long"))
-    wait_for(lambda: _queue_waits(client, SPIN) > taken, "the long spin request dispatched")
+    wait_for(lambda: queue_waits(client, SPIN) > taken, "the long spin request dispatched")
     client.async_infer(SPIN, [spin_input(1)], spins.callback("short"))
     wait_for(
         lambda: (
@@ -344,7 +344,7 @@ def dispatch_held(client: Any, worker: WorkerProcess, already_in_flight: int = 0
         assert result.as_numpy("y").shape == (1, 16)
 
 
-def _queue_waits(client: Any, model: str) -> int:
+def queue_waits(client: Any, model: str) -> int:
     """How many of ``model``'s requests have left its queue for an execution."""
     stats = client.get_inference_statistics(model_name=model)
     return int(stats.model_stats[0].inference_stats.queue.count)

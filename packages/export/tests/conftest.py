@@ -17,7 +17,7 @@ from reactantserver.export import export_jax
 def needs_worker() -> None:
     """Skip where the worker is missing: validate compiles with its backend (the validate
     extra), and ``nox -s export`` installs the export distribution alone."""
-    pytest.importorskip("reactantserver.worker._backend")
+    pytest.importorskip("reactantserver.worker.runtime.jax_backend")
 
 
 def tiny_params(seed: int = 0) -> dict[str, dict[str, np.ndarray[Any, Any]]]:

@@ -214,6 +214,6 @@ def test_missing_worker_is_a_clear_error(
     tiny_bundle: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A None entry makes the import fail, as if the validate extra were not installed.
-    monkeypatch.setitem(sys.modules, "reactantserver.worker._backend", None)
+    monkeypatch.setitem(sys.modules, "reactantserver.worker.runtime.jax_backend", None)
     with pytest.raises(ExportError, match=r"reactantserver-export\[validate\]"):
         validate(tiny_bundle)

@@ -19,11 +19,11 @@ from reactantserver.core.hooks import NamedTensor
 from reactantserver.core.manifest import load_manifest
 from reactantserver.core.types import InferRequest, OutputRequest
 from reactantserver.core.weights import PrivateWeightStore
-from reactantserver.worker._backend import JaxBackend
 from reactantserver.worker.dataplane import DataPlane
 from reactantserver.worker.hooks import load_hooks
 from reactantserver.worker.registry import ModelEntry, ModelRegistry
 from reactantserver.worker.runtime import ExecutableCache, Residency, WeightCache, load_bundle
+from reactantserver.worker.runtime.jax_backend import JaxBackend
 from reactantserver.worker.scheduler import InflightLimiter, ScheduledModel, Scheduler
 
 from .conftest import BundleMaker, Tensor

@@ -31,7 +31,7 @@ import attrs
 import numpy as np
 import pytest
 
-from packages.worker.tests.server._world import World, start_world
+from packages.worker.tests._world import World, start_world
 from reactantserver.core.config import (
     ModelControlMode,
     SchedulingDiscipline,
@@ -42,8 +42,8 @@ from reactantserver.core.hooks import NamedTensor
 from reactantserver.core.types import InferRequest, InferResponse
 from reactantserver.worker.meta import MetaModel, MetaRunner
 from reactantserver.worker.registry import ModelEntry
-from reactantserver.worker.server.digest import BundleDigester, dir_identity
-from reactantserver.worker.server.reconcile import Seen
+from reactantserver.worker.repository.digest import BundleDigester, dir_identity
+from reactantserver.worker.repository.reconcile import Seen
 
 __all__ = [
     "EMBED",

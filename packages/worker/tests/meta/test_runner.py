@@ -18,7 +18,7 @@ import grpc
 import numpy as np
 import pytest
 
-from packages.worker.tests.server._world import World
+from packages.worker.tests._world import World
 from reactantserver.core.errors import (
     DeadlineExceededError,
     InvalidArgumentError,

@@ -22,8 +22,8 @@ from packages.worker.tests.conftest import BundleMaker, Tensor
 from reactantserver.core.config import SchedulerConfig, SchedulingDiscipline
 from reactantserver.core.hooks import NamedTensor
 from reactantserver.core.weights import PrivateWeightStore
-from reactantserver.worker._backend import JaxBackend
 from reactantserver.worker.runtime import ExecutableCache, Residency, WeightCache, load_bundle
+from reactantserver.worker.runtime.jax_backend import JaxBackend
 from reactantserver.worker.scheduler import ScheduledModel, Scheduler
 
 from ._fake import WAIT_S, wait_for

@@ -29,7 +29,7 @@ ModuleIndex = tuple[int | None, int]
 
 
 class BundleSession:
-    """One bundle on one backend (``reactantserver.worker._backend.JaxBackend``).
+    """One bundle on one backend (``reactantserver.worker.runtime.jax_backend.JaxBackend``).
 
     Construction parses the manifest, resolves the files, reads the weights and imports
     ``model.py``; it raises ``ManifestError``/``BundleError`` naming the problem.

@@ -47,7 +47,7 @@ def worker_backend(platform: str) -> Any:
     """The worker's jax backend for ``platform`` (``cpu``/``cuda``); a clear error when the
     worker (the ``validate`` extra) is not installed."""
     try:
-        from reactantserver.worker._backend import JaxBackend
+        from reactantserver.worker.runtime.jax_backend import JaxBackend
     except ImportError as exc:
         raise ExportError(
             "validate compiles with the worker's backend, but reactantserver-worker is not "

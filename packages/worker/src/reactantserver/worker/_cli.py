@@ -23,7 +23,7 @@ from reactantserver.core.errors import ConfigError
 from reactantserver.core.logs import configure_logging, die_with_parent, hold_records, print_held
 from reactantserver.worker import __version__
 from reactantserver.worker.runtime.xla_env import apply_xla_environment
-from reactantserver.worker.server.app import WorkerServer
+from reactantserver.worker.server import WorkerServer
 
 __all__ = ["main"]
 

@@ -33,8 +33,8 @@ from reactantserver.core.types import InferRequest, InferResponse, OutputRequest
 from reactantserver.worker.hooks import run_in_pool, run_postprocess, run_preprocess
 from reactantserver.worker.meta import MetaRunner
 from reactantserver.worker.registry import ModelEntry, ModelRegistry
-from reactantserver.worker.scheduler.dispatcher import Scheduler
 from reactantserver.worker.scheduler.limits import InflightLimiter
+from reactantserver.worker.scheduler.scheduler import Scheduler
 from reactantserver.worker.validation import order_tensors
 
 __all__ = ["DataPlane", "RequestStats"]

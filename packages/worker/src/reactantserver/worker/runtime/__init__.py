@@ -1,8 +1,8 @@
 """The device side of the worker: compiled executables and the weights on the device.
 
 Everything here talks to the :class:`~reactantserver.worker.runtime.backend.Backend`
-protocol; only :mod:`reactantserver.worker._backend` imports jax. The dispatch thread owns
-the :class:`WeightCache`; the loader thread builds :class:`LoadedModel` s.
+protocol; only :mod:`~reactantserver.worker.runtime.jax_backend` imports jax. The dispatch
+thread owns the :class:`WeightCache`; the loader thread builds :class:`LoadedModel` s.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """What the worker needs from an accelerator runtime: the ``Backend`` protocol and its types.
 
 jax-free on purpose: the scheduler, the weight cache and their tests talk to this protocol;
-the jax implementation lives in :mod:`reactantserver.worker._backend` (the only module that
-touches jax internals).
+the jax implementation lives in :mod:`~reactantserver.worker.runtime.jax_backend` (the only
+module that touches jax internals).
 """
 
 from __future__ import annotations

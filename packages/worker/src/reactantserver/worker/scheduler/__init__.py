@@ -17,7 +17,6 @@ from reactantserver.worker.scheduler.disciplines import (
     select_fair,
     select_fifo,
 )
-from reactantserver.worker.scheduler.dispatcher import SHUTTING_DOWN, Scheduler
 from reactantserver.worker.scheduler.fair import (
     DEFAULT_COST_S,
     RecentLoad,
@@ -37,6 +36,7 @@ from reactantserver.worker.scheduler.queue import (
     State,
     resolve_all,
 )
+from reactantserver.worker.scheduler.scheduler import SHUTTING_DOWN, Scheduler
 from reactantserver.worker.scheduler.stats import (
     QUEUE_WAIT_SAMPLES,
     BatchStats,

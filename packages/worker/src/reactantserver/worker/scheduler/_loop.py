@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from reactantserver.core.errors import DeadlineExceededError, ShuttingDownError
-from reactantserver.worker.scheduler._dispatch import Dispatcher
+from reactantserver.worker.scheduler._dispatcher import Dispatcher
 from reactantserver.worker.scheduler._state import SchedulerState, Work
 from reactantserver.worker.scheduler.queue import State
 

@@ -1,0 +1,201 @@
+"""The worker process on one event loop: listeners first, models loading behind them.
+
+:class:`WorkerServer` opens the gRPC port (inference, health, reflection, control) and the
+HTTP port (``/metrics``, ``/healthz``, ``/readyz``), then runs :func:`boot` on a loader
+thread; until that finishes the worker is live but not ready (03 §Process start-up).
+:meth:`WorkerServer.shut_down` is the graceful SIGTERM path: health flips to ``NOT_SERVING``,
+new work is refused with ``UNAVAILABLE``, queued work drains for ``shutdown_grace_seconds``
+and whatever is left then fails with ``UNAVAILABLE``::
+
+    server = WorkerServer(config, version="0.1.0")
+    await server.start()
+    await server.wait_booted()
+    ...
+    await server.shut_down()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from typing import Any
+
+from aiohttp import web
+
+from reactantserver.core.config import WorkerConfig
+from reactantserver.core.front import GrpcFront, flood_backstop
+from reactantserver.core.protocol import (
+    INFERENCE_SERVICE,
+    MODEL_INFER,
+    control_pb2,
+    inference_service_handler,
+)
+from reactantserver.core.serving import (
+    HEALTH_SERVICE,
+    HealthTracker,
+    enable_reflection,
+    front_tls,
+)
+from reactantserver.worker.repository.boot import boot
+from reactantserver.worker.repository.watcher import start_lifecycle
+from reactantserver.worker.state import WorkerState
+from reactantserver.worker.transport.control import add_control_service
+from reactantserver.worker.transport.http import http_app, start_http
+from reactantserver.worker.transport.inference import InferenceService
+from reactantserver.worker.transport.lane import LaneServer
+from reactantserver.worker.views.metrics import WorkerMetrics
+
+__all__ = ["WorkerServer"]
+
+_log = logging.getLogger("reactantserver.worker")
+
+_CONTROL_SERVICE = control_pb2.DESCRIPTOR.services_by_name["WorkerControl"].full_name
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class WorkerServer:
+    """One worker: its state, its listeners and its start-up and shutdown sequences."""
+
+    def __init__(self, config: WorkerConfig, *, version: str) -> None:
+        self.config = config
+        self.state = WorkerState(config, version=version)
+        self.metrics = WorkerMetrics(self.state)
+        self.health = HealthTracker(self.state.ready)
+        self.grpc_port = 0
+        self.http_port = 0
+        self._server: GrpcFront | None = None
+        self._http: web.AppRunner | None = None
+        self._booted: asyncio.Future[None] | None = None
+        self._stopped = False
+        self.lane: LaneServer | None = None
+
+    async def start(self) -> None:
+        """Open both listeners and start loading models on the loader thread."""
+        config = self.config
+        server = GrpcFront(
+            max_recv_msg_bytes=config.grpc.max_recv_msg_bytes,
+            max_send_msg_bytes=config.grpc.max_send_msg_bytes,
+            max_concurrent_calls=flood_backstop(config.endpoints.max_concurrent_requests),
+            runtime_threads=config.endpoints.front_threads,
+            log_format=config.logging.format.value,
+        )
+        service = InferenceService(self.state)
+        server.add_generic_rpc_handlers([inference_service_handler(service.handlers())])
+        server.set_gate(MODEL_INFER, self.state.limiter.refusal)
+        self.health.add_to(server)
+        services = [INFERENCE_SERVICE, HEALTH_SERVICE]
+        if config.endpoints.control_service:
+            add_control_service(server, self.state)
+            services.append(_CONTROL_SERVICE)
+        if config.endpoints.reflection:
+            enable_reflection(server, services)
+        address = _address(config.endpoints.host, config.endpoints.port)
+        tls = front_tls(config.endpoints.tls)
+        self.grpc_port = server.add_port(address, tls)
+        await server.start(grace_seconds=config.shutdown_grace_seconds + 1.0)
+        self._server = server
+        if config.endpoints.lane and tls is None:
+            self.lane = await self._open_lane(service)
+        await self.health.start()
+        if config.endpoints.metrics_port:
+            self._http = await start_http(
+                http_app(self.state, self.metrics),
+                config.endpoints.host,
+                config.endpoints.metrics_port,
+            )
+            self.http_port = config.endpoints.metrics_port
+        _log.info(
+            "listening grpc=%s http=%s tls=%s",
+            address,
+            self.http_port or "off",
+            tls is not None,
+        )
+        self._booted = self._boot_in_thread()
+
+    async def _open_lane(self, service: InferenceService) -> LaneServer | None:
+        grpc_config = self.config.grpc
+        try:
+            lane = await LaneServer.open(
+                service,
+                max_recv=grpc_config.max_recv_msg_bytes,
+                max_send=grpc_config.max_send_msg_bytes,
+            )
+        except OSError as exc:
+            _log.warning("forwarding lane not opened (gateways use gRPC): %s", exc)
+            return None
+        service.lane_advert = lane.advert
+        _log.info("forwarding lane at %s", lane.advert.path)
+        return lane
+
+    def _boot_in_thread(self) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def settle(error: BaseException | None) -> None:
+            if done.done():
+                return
+            if error is None:
+                done.set_result(None)
+            else:
+                done.set_exception(error)
+
+        def run() -> None:
+            error: BaseException | None = None
+            try:
+                booted = boot(self.state)
+                start_lifecycle(self.state, booted)
+            except BaseException as exc:
+                error = exc
+            # The server may have shut down and its loop closed during a long first compile:
+            # then nobody waits for this result.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, error)
+
+        # A daemon thread: a SIGTERM during a long first compile must not wait for it.
+        threading.Thread(target=run, name="reactant-loader", daemon=True).start()
+        return done
+
+    async def wait_booted(self) -> None:
+        """Until every start-up model loaded or failed (re-raises a fatal start-up error)."""
+        assert self._booted is not None, "start() first"
+        await asyncio.shield(self._booted)
+        await self.health.sync()
+
+    async def shut_down(self) -> None:
+        """Health off, refuse new work, drain queued work for the grace, close listeners."""
+        if self._stopped:
+            return
+        self._stopped = True
+        state = self.state
+        state.stopping = True
+        grace = self.config.shutdown_grace_seconds
+        _log.info("shutdown: health NOT_SERVING, draining for up to %.1f s", grace)
+        await self.health.shut_down()
+        if state.watcher is not None:
+            await asyncio.to_thread(state.watcher.stop, 1.0)
+        waits: list[Any] = []
+        runtime = state.runtime
+        if runtime is not None:
+            waits.append(asyncio.to_thread(runtime.scheduler.stop, grace))
+        if self._server is not None:
+            # In-flight handlers are answered by the drain; the extra second lets them write.
+            waits.append(self._server.stop(grace + 1.0))
+        await asyncio.gather(*waits)
+        if self.lane is not None:
+            await self.lane.close()
+        if self._http is not None:
+            await self._http.cleanup()
+        if runtime is not None:
+            runtime.pool.shutdown(wait=False, cancel_futures=True)
+            if self._booted is not None and self._booted.done():
+                # The dispatch thread is joined: release every host floor, so that the last
+                # holder of a shared weight region unlinks it (02) instead of leaking /dev/shm.
+                for name in list(runtime.weights):
+                    runtime.weights.remove_model(name)
+        state.shm.close()
+        _log.info("shutdown: done")

@@ -1,0 +1,81 @@
+"""The worker's HTTP port: ``/metrics``, ``/healthz``, ``/readyz``, KServe V2 REST (05 §HTTP).
+
+The status page is ``GET /`` and its document ``GET /status``
+(:mod:`reactantserver.worker.views.status`).
+
+The application runs on the gRPC server's event loop; ``/v2/...`` is the inference service
+over REST (:mod:`reactantserver.worker.transport.rest`); every other path (and every other
+method on the three probe paths) is ``404``::
+
+    runner = await start_http(http_app(state, metrics), "127.0.0.1", 9100)
+    ...
+    await runner.cleanup()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from reactantserver.worker.state import WorkerState
+from reactantserver.worker.transport.inference import InferenceService
+from reactantserver.worker.transport.rest import WorkerRestBackend, add_rest_route
+from reactantserver.worker.views.metrics import CONTENT_TYPE, WorkerMetrics
+from reactantserver.worker.views.status import add_status_routes
+
+__all__ = ["http_app", "start_http"]
+
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def _not_found(request: web.Request, handler: _Handler) -> web.StreamResponse:
+    """Answer a known path with an unknown method ``404`` too (the spec has no ``405``)."""
+    try:
+        return await handler(request)
+    except web.HTTPMethodNotAllowed:
+        raise web.HTTPNotFound() from None
+
+
+def http_app(state: WorkerState, metrics: WorkerMetrics) -> web.Application:
+    """The worker's aiohttp application (``GET``/``HEAD`` on the three paths, ``/v2`` REST).
+
+    A request body may be as large as a gRPC message (``grpc.max_recv_msg_bytes``).
+    """
+
+    async def get_metrics(request: web.Request) -> web.Response:
+        return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def readyz(request: web.Request) -> web.Response:
+        if state.ready():
+            return web.Response(text="ok")
+        return web.Response(status=503, text="not ready")
+
+    app = web.Application(
+        middlewares=[_not_found], client_max_size=state.config.grpc.max_recv_msg_bytes
+    )
+    app.router.add_get("/metrics", get_metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    add_status_routes(app, state)
+    add_rest_route(app, WorkerRestBackend(InferenceService(state)))
+    return app
+
+
+async def start_http(app: web.Application, host: str, port: int) -> web.AppRunner:
+    """Serve ``app`` on ``host:port`` (port 0: any free one; see ``runner.addresses``).
+
+    Returns the runner; ``await runner.cleanup()`` stops the listener. No access log.
+    """
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner

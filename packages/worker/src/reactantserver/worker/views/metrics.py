@@ -1,0 +1,160 @@
+"""The worker's Prometheus metrics: every series of 12 §Metrics/Worker, rendered for ``/metrics``.
+
+Request outcomes are counted as they happen (:meth:`WorkerMetrics.observe_request`, installed as
+``state.observe_request``); everything else is read from the :class:`WorkerState` at scrape
+time. Every sample carries ``worker="<name>"`` (``config.worker_name``, else ``"worker"``) and,
+on CUDA, ``gpu="<selector>"``::
+
+    metrics = WorkerMetrics(state)      # installs itself as state.observe_request
+    body = metrics.render()             # served with CONTENT_TYPE
+    metrics.forget_model("resnet")      # after the registry dropped an unloaded model
+
+Decisions the spec leaves open:
+
+* Requests for names the registry does not hold (``NOT_FOUND``) create no series: clients
+  could otherwise mint label values. Drop a model from the registry *before*
+  :meth:`~WorkerMetrics.forget_model`, so a late request cannot bring its series back.
+* Per-model series exist only for registry names (scheduler stats outlive an unload);
+  worker-wide totals still count everything. Residency series cover models with weights.
+* ``worker_meta_gate_in_use`` / ``worker_meta_gate_waiting`` show the meta gate (07);
+  ``*_created`` series are dropped.
+* The weight cache belongs to the dispatch thread: a scrape only reads its counters and
+  per-model flags and skips a model removed meanwhile, so it never waits for an execution.
+* ``worker_stage_cpu_seconds_total{model, stage}`` (beyond 12) splits the server's CPU per
+  request by stage (:data:`CPU_STAGES`): decode and encode are counted as requests finish
+  (``WorkerMetrics.observe_request``), queue and dispatch by the scheduler. The rest of
+  the process's CPU (transport, handler glue, XLA's own threads) is
+  ``process_cpu_seconds_total`` minus their sum.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client import (
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.metrics_core import Metric
+
+from reactantserver.worker.state import RequestObserver, WorkerState
+from reactantserver.worker.views._metrics_collect import (
+    CPU_STAGES,
+    DEFAULT_WORKER_LABEL,
+    StateCollector,
+    backend_platform,
+    worker_label,
+)
+from reactantserver.worker.views._request_series import LATENCY_BUCKETS, RequestCounters
+
+__all__ = [
+    "CONTENT_TYPE",
+    "CPU_STAGES",
+    "DEFAULT_WORKER_LABEL",
+    "LATENCY_BUCKETS",
+    "WorkerMetrics",
+    "gpu_selector",
+    "process_device_memory",
+]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""``Content-Type`` of :meth:`WorkerMetrics.render` (Prometheus text format 0.0.4)."""
+
+
+def process_device_memory() -> int | None:
+    """Device bytes this process uses according to NVML; ``None`` where unknown.
+
+    The seam for ``worker_device_memory_process_used_bytes``. ``nvidia-ml-py`` is not a
+    dependency of the worker, so this reports nothing (the series are then absent).
+    """
+    return None
+
+
+def gpu_selector(visible_devices: str | None, device_ordinal: int) -> str | None:
+    """The ``gpu`` label: the ``CUDA_VISIBLE_DEVICES`` selector this worker's device is.
+
+    The single token, or the token at ``device_ordinal`` when several are listed; the ordinal
+    itself when the variable is unset; ``None`` when it hides every device or is too short.
+    """
+    if visible_devices is None:
+        return str(device_ordinal)
+    tokens = [t.strip() for t in visible_devices.split(",") if t.strip()]
+    if len(tokens) == 1:
+        return tokens[0]
+    return tokens[device_ordinal] if device_ordinal < len(tokens) else None
+
+
+class _LabelledRegistry(CollectorRegistry):
+    """A registry that adds constant labels to every sample (kept when already present)."""
+
+    def __init__(self, labels: Callable[[], Mapping[str, str]]) -> None:
+        super().__init__()
+        self._labels = labels
+
+    def collect(self) -> Iterator[Metric]:
+        """Every registered family, relabelled, without ``*_created`` samples."""
+        extra = self._labels()
+        for family in super().collect():
+            out = Metric(family.name, family.documentation, family.type, family.unit)
+            created = family.name + "_created"
+            out.samples = [
+                s._replace(labels={**extra, **s.labels})
+                for s in family.samples
+                if s.name != created
+            ]
+            yield out
+
+
+class WorkerMetrics:
+    """The worker's registry: request counters plus a scrape-time view of ``state``.
+
+    ``environ`` supplies ``CUDA_VISIBLE_DEVICES`` (the ``gpu`` label); ``process_memory`` is
+    the NVML seam (:func:`process_device_memory`).
+    """
+
+    def __init__(
+        self,
+        state: WorkerState,
+        *,
+        environ: Mapping[str, str] | None = None,
+        process_memory: Callable[[], int | None] = process_device_memory,
+    ) -> None:
+        self._state = state
+        env = os.environ if environ is None else environ
+        self._gpu = gpu_selector(
+            env.get("CUDA_VISIBLE_DEVICES"), state.config.runtime.device_ordinal
+        )
+        self._counters = RequestCounters(lambda name: state.registry.get(name) is not None)
+        #: Counts one finished inference request (a :data:`RequestObserver`): its status, its
+        #: handler seconds and its decode and encode CPU.
+        self.observe_request: RequestObserver = self._counters.observe
+        self.registry: CollectorRegistry = _LabelledRegistry(self._constant_labels)
+        self.registry.register(self._counters)
+        self.registry.register(StateCollector(state, process_memory, self.codec_cpu))
+        ProcessCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        state.observe_request = self.observe_request
+        state.forget_model = self.forget_model
+
+    def _constant_labels(self) -> dict[str, str]:
+        labels = {"worker": worker_label(self._state)}
+        if backend_platform(self._state) == "cuda" and self._gpu is not None:
+            labels["gpu"] = self._gpu
+        return labels
+
+    def codec_cpu(self) -> dict[str, tuple[int, int]]:
+        """Model -> (decode ns, encode ns) so far."""
+        return self._counters.codec_cpu()
+
+    def forget_model(self, name: str) -> None:
+        """Drop the request series of ``name`` (after it left the registry)."""
+        self._counters.forget(name)
+
+    def render(self) -> bytes:
+        """The exposition in Prometheus text format 0.0.4 (serve it with :data:`CONTENT_TYPE`)."""
+        return generate_latest(self.registry)
