@@ -45,7 +45,7 @@ from bench._fleet_servers import (
     warm,
 )
 from bench._traces import Arrival, belady_loads, bursty_trace, zipf_trace
-from reactantserver.gateway.routing.model_aware import DISPLACEMENT_HORIZON_SECONDS
+from reactantserver.gateway.policies.model_aware.estimate import DISPLACEMENT_HORIZON_SECONDS
 
 __all__ = ["RESULT_NAME", "main"]
 

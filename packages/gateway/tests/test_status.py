@@ -19,10 +19,7 @@ from aiohttp import web
 from reactantserver.core.protocol import control_pb2
 from reactantserver.core.status import PAGE_CONTENT_TYPE, WorkerStatus
 from reactantserver.gateway._http import gateway_http_app, start_http
-from reactantserver.gateway._lpt import LptPolicy
 from reactantserver.gateway._metrics import GatewayMetrics
-from reactantserver.gateway._modes import make_policy
-from reactantserver.gateway._policy import Policy, RoundRobin, Routes
 from reactantserver.gateway._status import StatusSource
 from reactantserver.gateway._workers import ChannelSettings, WorkerLink
 from reactantserver.gateway.config import (
@@ -31,6 +28,9 @@ from reactantserver.gateway.config import (
     SchedulingConfig,
     SchedulingMode,
 )
+from reactantserver.gateway.policies.lpt.policy import LptPolicy
+from reactantserver.gateway.policies.modes import make_policy
+from reactantserver.gateway.policies.policy import Policy, RoundRobin, Routes
 
 from ._fake_workers import FakeWorkers, refused_port
 

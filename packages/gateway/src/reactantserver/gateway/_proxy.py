@@ -26,7 +26,6 @@ import grpc
 from reactantserver.gateway._discovery import Discovery
 from reactantserver.gateway._lane import LaneError
 from reactantserver.gateway._metrics import GatewayMetrics
-from reactantserver.gateway._policy import Policy
 from reactantserver.gateway._wire import (
     InferHeader,
     WireError,
@@ -37,6 +36,7 @@ from reactantserver.gateway._wire import (
     stream_response,
 )
 from reactantserver.gateway._workers import WorkerLink
+from reactantserver.gateway.policies.policy import Policy
 
 __all__ = ["ForwardError", "Proxy", "ProxySettings"]
 

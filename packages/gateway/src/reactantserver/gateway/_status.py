@@ -38,8 +38,8 @@ from reactantserver.core.status import (
     WorkerStatus,
     page,
 )
-from reactantserver.gateway._lpt import LptPolicy
-from reactantserver.gateway._policy import Policy, Routes
+from reactantserver.gateway.policies.lpt.policy import LptPolicy
+from reactantserver.gateway.policies.policy import Policy, Routes
 
 __all__ = ["STATUS_FETCH_TIMEOUT_SECONDS", "StatusSource", "WorkerView", "add_status_routes"]
 

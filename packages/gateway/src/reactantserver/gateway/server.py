@@ -32,14 +32,14 @@ from reactantserver.gateway._control import add_control_services
 from reactantserver.gateway._discovery import Discovery
 from reactantserver.gateway._http import gateway_http_app, start_http
 from reactantserver.gateway._metrics import GatewayMetrics
-from reactantserver.gateway._modes import make_policy, wait_for_preconditions
-from reactantserver.gateway._policy import Policy
 from reactantserver.gateway._proxy import Proxy, ProxySettings
 from reactantserver.gateway._rest import GatewayRestBackend
 from reactantserver.gateway._service import GatewayService
 from reactantserver.gateway._status import StatusSource
 from reactantserver.gateway._workers import ChannelSettings, WorkerLink
 from reactantserver.gateway.config import GatewayConfig
+from reactantserver.gateway.policies.modes import make_policy, wait_for_preconditions
+from reactantserver.gateway.policies.policy import Policy
 
 __all__ = ["GatewayServer", "split_address"]
 

@@ -1,7 +1,7 @@
 """The ``model_aware`` policy at run time: status polls in, cold-start-aware choices out.
 
-Glue between the prober, the pure :class:`~reactantserver.gateway.routing.model_aware.
-ModelAwareRouter` (the latency estimate) and :class:`~reactantserver.gateway.placement.meta.
+Glue between the prober, the pure :class:`~reactantserver.gateway.policies.model_aware.estimate.
+ModelAwareRouter` (the latency estimate) and :class:`~reactantserver.gateway.policies.routing_meta.
 RoutingMeta` (cost per item, batch locator). Workers whose status poll failed are not
 estimated: a model with such a replica is routed round robin over its replicas, with a
 warning, until the polls come back (08 §Policy ``model_aware``).
@@ -16,21 +16,21 @@ import grpc
 
 from reactantserver.core.protocol import control_pb2
 from reactantserver.gateway._metrics import GatewayMetrics
-from reactantserver.gateway._policy import Choice, RoundRobin
 from reactantserver.gateway._proxy import ForwardError
 from reactantserver.gateway._workers import WorkerLink
-from reactantserver.gateway.placement.knobs import (
+from reactantserver.gateway.policies.knobs import (
     SchedulingKnobs,
     apply_policy_request,
     to_proto,
 )
-from reactantserver.gateway.placement.meta import RoutingMeta
-from reactantserver.gateway.routing.model_aware import (
+from reactantserver.gateway.policies.model_aware.estimate import (
     ModelAwareKnobs,
     ModelAwareRouter,
     ModelResidency,
     Reservation,
 )
+from reactantserver.gateway.policies.policy import Choice, RoundRobin
+from reactantserver.gateway.policies.routing_meta import RoutingMeta
 
 __all__ = ["ModelAwarePolicy"]
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from reactantserver.gateway.routing.model_aware import (
+from reactantserver.gateway.policies.model_aware.estimate import (
     BANDWIDTH_EWMA_ALPHA,
     DEFAULT_COST_PER_ITEM_SECONDS,
     DISPLACEMENT_HORIZON_SECONDS,

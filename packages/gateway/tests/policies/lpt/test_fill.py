@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import attrs
 import pytest
 
-from reactantserver.gateway.placement.fill import (
+from reactantserver.gateway.policies.lpt.fill import (
     FillMode,
     FillPlan,
     ReplicaReservation,
@@ -17,7 +17,7 @@ from reactantserver.gateway.placement.fill import (
     RoutingPolicy,
     resolve_fill_plan,
 )
-from reactantserver.gateway.placement.lpt import ModelPlacement
+from reactantserver.gateway.policies.lpt.packing import ModelPlacement
 
 
 def placed(*workers: str) -> ModelPlacement:

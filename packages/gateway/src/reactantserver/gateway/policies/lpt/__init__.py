@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from reactantserver.gateway.placement.fill import (
+from reactantserver.gateway.policies.knobs import KnobError, SchedulingKnobs
+from reactantserver.gateway.policies.lpt.fill import (
     FillPlan,
     ReplicaRoute,
     ReplicaRouter,
     resolve_fill_plan,
 )
-from reactantserver.gateway.placement.knobs import KnobError, SchedulingKnobs
-from reactantserver.gateway.placement.lpt import (
+from reactantserver.gateway.policies.lpt.overrides import ModelOverride, apply_placement_request
+from reactantserver.gateway.policies.lpt.packing import (
     Assignment,
     ModelDemand,
     ModelPlacement,
@@ -18,8 +19,7 @@ from reactantserver.gateway.placement.lpt import (
     compute_assignment,
     placement_change,
 )
-from reactantserver.gateway.placement.meta import MetaSnapshot, RoutingMeta, request_weight
-from reactantserver.gateway.placement.overrides import ModelOverride, apply_placement_request
+from reactantserver.gateway.policies.routing_meta import MetaSnapshot, RoutingMeta, request_weight
 
 __all__ = [
     "Assignment",

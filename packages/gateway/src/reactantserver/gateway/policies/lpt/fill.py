@@ -25,7 +25,7 @@ from typing import Literal, TypeAlias, TypeVar
 
 import attrs
 
-from reactantserver.gateway.placement.lpt import ModelPlacement
+from reactantserver.gateway.policies.lpt.packing import ModelPlacement
 
 __all__ = [
     "FILL_MODES",

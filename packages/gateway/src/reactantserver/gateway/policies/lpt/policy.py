@@ -6,7 +6,7 @@ budget (or an operator asked) the policy *repacks*: arrival-rate and cost EWMAs 
 its utilisation ``u``, :func:`compute_assignment` places models on workers, the replica router
 is re-installed with live counters carried over, and changed workers are compacted
 (08 §Policy ``lpt_packing``). Requests are routed by :class:`ReplicaRouter` over the installed
-placement. Operator control lives in :mod:`reactantserver.gateway._lpt_control`.
+placement. Operator control lives in :mod:`reactantserver.gateway.policies.lpt.control`.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from collections.abc import Callable, Mapping, Sequence
 import attrs
 
 from reactantserver.core.protocol import control_pb2
-from reactantserver.gateway import _lpt_control
 from reactantserver.gateway._metrics import GatewayMetrics
-from reactantserver.gateway._policy import Choice
 from reactantserver.gateway._workers import COMPACT_MEMORY, WorkerLink, compact_deadline
-from reactantserver.gateway.placement.fill import FillPlan, ReplicaRouter, resolve_fill_plan
-from reactantserver.gateway.placement.knobs import SchedulingKnobs
-from reactantserver.gateway.placement.lpt import (
+from reactantserver.gateway.policies.knobs import SchedulingKnobs
+from reactantserver.gateway.policies.lpt import control as lpt_control
+from reactantserver.gateway.policies.lpt.fill import FillPlan, ReplicaRouter, resolve_fill_plan
+from reactantserver.gateway.policies.lpt.overrides import ModelOverride
+from reactantserver.gateway.policies.lpt.packing import (
     ModelDemand,
     ModelPlacement,
     Replicas,
@@ -34,13 +34,13 @@ from reactantserver.gateway.placement.lpt import (
     compute_assignment,
     placement_change,
 )
-from reactantserver.gateway.placement.meta import (
+from reactantserver.gateway.policies.policy import Choice
+from reactantserver.gateway.policies.routing_meta import (
     MetaSnapshot,
     RoutingMeta,
     ewma_alpha,
     request_weight,
 )
-from reactantserver.gateway.placement.overrides import ModelOverride
 
 __all__ = ["LptPolicy", "RepackRecord"]
 
@@ -372,20 +372,20 @@ class LptPolicy:
 
     def scheduling_status(self) -> control_pb2.GetSchedulingStatusResponse:
         """``GetSchedulingStatus``."""
-        return _lpt_control.scheduling_status(self)
+        return lpt_control.scheduling_status(self)
 
     def set_scheduling_policy(
         self, request: control_pb2.SetSchedulingPolicyRequest
     ) -> control_pb2.SetSchedulingPolicyResponse:
         """``SetSchedulingPolicy``."""
-        return _lpt_control.set_scheduling_policy(self, request)
+        return lpt_control.set_scheduling_policy(self, request)
 
     def set_model_placement(
         self, request: control_pb2.SetModelPlacementRequest
     ) -> control_pb2.SetModelPlacementResponse:
         """``SetModelPlacement``."""
-        return _lpt_control.set_model_placement(self, request)
+        return lpt_control.set_model_placement(self, request)
 
     async def repack_rpc(self, request: control_pb2.RepackRequest) -> control_pb2.RepackResponse:
         """``Repack``."""
-        return await _lpt_control.repack(self, request)
+        return await lpt_control.repack(self, request)

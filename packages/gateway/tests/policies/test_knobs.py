@@ -11,7 +11,7 @@ import pytest
 
 from reactantserver.core.errors import status_of
 from reactantserver.core.protocol import control_pb2
-from reactantserver.gateway.placement.knobs import (
+from reactantserver.gateway.policies.knobs import (
     INFLIGHT_HAZARD,
     MAX_REPACK_WAIT_SECONDS,
     KnobError,

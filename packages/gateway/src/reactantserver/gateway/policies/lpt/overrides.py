@@ -20,14 +20,14 @@ from types import MappingProxyType
 import attrs
 
 from reactantserver.core.protocol import control_pb2
-from reactantserver.gateway.placement.knobs import (
+from reactantserver.gateway.policies.knobs import (
     FILL_MODES,
     INFLIGHT_HAZARD,
     KnobError,
     SchedulingKnobs,
     UnknownModelError,
 )
-from reactantserver.gateway.placement.lpt import Replicas
+from reactantserver.gateway.policies.lpt.packing import Replicas
 
 __all__ = [
     "ModelOverride",

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from reactantserver.gateway.placement.lpt import (
+from reactantserver.gateway.policies.lpt.packing import (
     Assignment,
     ModelDemand,
     ModelPlacement,

@@ -1,8 +1,8 @@
-"""Routing policies of the gateway: pure decision logic, no I/O (08 §Policy)."""
+"""The ``model_aware`` policy: the pure latency estimate (:mod:`.estimate`) and its glue."""
 
 from __future__ import annotations
 
-from reactantserver.gateway.routing.model_aware import (
+from reactantserver.gateway.policies.model_aware.estimate import (
     ModelAwareKnobs,
     ModelAwareRouter,
     ModelResidency,

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from reactantserver.core.protocol import control_pb2
-from reactantserver.gateway.placement.meta import (
+from reactantserver.gateway.policies.routing_meta import (
     MetaSnapshot,
     RoutingMeta,
     WorkerMeta,

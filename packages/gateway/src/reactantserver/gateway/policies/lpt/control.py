@@ -1,7 +1,7 @@
 """``GatewayControl`` for ``lpt_packing``: status, live knobs, per-model placement, repack.
 
-Functions over a :class:`~reactantserver.gateway._lpt.LptPolicy`; the policy's methods
-delegate here so the control plane stays apart from the hot path (08 §GatewayControl).
+Functions over a :class:`~reactantserver.gateway.policies.lpt.policy.LptPolicy`; the policy's
+methods delegate here so the control plane stays apart from the hot path (08 §GatewayControl).
 """
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ import grpc
 
 from reactantserver.core.protocol import control_pb2
 from reactantserver.gateway._proxy import ForwardError
-from reactantserver.gateway.placement.knobs import (
+from reactantserver.gateway.policies.knobs import (
     INFLIGHT_HAZARD,
     apply_policy_request,
     to_proto,
     validate_repack_wait,
 )
-from reactantserver.gateway.placement.overrides import apply_placement_request, fill_quantum
+from reactantserver.gateway.policies.lpt.overrides import apply_placement_request, fill_quantum
 
 if TYPE_CHECKING:
-    from reactantserver.gateway._lpt import LptPolicy
+    from reactantserver.gateway.policies.lpt.policy import LptPolicy
 
 __all__ = ["repack", "scheduling_status", "set_model_placement", "set_scheduling_policy"]
 

@@ -7,13 +7,13 @@ from collections.abc import Mapping
 import pytest
 
 from reactantserver.core.protocol import control_pb2
-from reactantserver.gateway.placement.knobs import (
+from reactantserver.gateway.policies.knobs import (
     INFLIGHT_HAZARD,
     KnobError,
     SchedulingKnobs,
     UnknownModelError,
 )
-from reactantserver.gateway.placement.overrides import (
+from reactantserver.gateway.policies.lpt.overrides import (
     ModelOverride,
     PlacementResult,
     apply_placement_request,
