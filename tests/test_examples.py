@@ -18,9 +18,7 @@ from reactantserver.core.errors import InvalidArgumentError
 from reactantserver.core.hooks import NamedTensor
 from reactantserver.core.manifest import load_manifest, resolve_layout
 from reactantserver.core.types import Batch, Fixed, Variable
-from reactantserver.export import validate
-from reactantserver.export._hooks_loader import load_registration
-from reactantserver.export._session import BundleSession
+from reactantserver.export import BundleSession, load_registration, validate
 from reactantserver.worker.runtime.jax_backend import JaxBackend
 
 ROOT = Path(__file__).resolve().parent.parent

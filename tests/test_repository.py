@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import re
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +149,48 @@ def test_public_surface_is_explicit(module_name: str) -> None:
     assert list(exported) == sorted(exported, key=_isort_key), f"{module_name}.__all__ unsorted"
     for name in exported:
         assert hasattr(module, name), f"{module_name}.__all__ names missing {name}"
+
+
+def _imported_modules(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """Every absolute module path ``tree`` imports, with ``from m import n`` also as ``m.n``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.lineno, node.module
+            for alias in node.names:
+                yield node.lineno, f"{node.module}.{alias.name}"
+
+
+def _private_of_another(module: str, owner: str | None) -> bool:
+    parts = module.split(".")
+    if len(parts) < 3 or parts[0] != "reactantserver" or parts[1] == owner:
+        return False
+    return any(part.startswith("_") and not part.startswith("__") for part in parts[2:])
+
+
+def test_no_distribution_imports_another_ones_private_modules() -> None:
+    """Distributions meet at public names only; the benchmarks, examples and tests too."""
+    offenders = []
+    for folder in ("packages", "tests", "bench", "examples", "tools"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            relative = path.relative_to(ROOT)
+            owner = relative.parts[1] if relative.parts[0] == "packages" else None
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            offenders += [
+                f"{relative}:{line}: {module}"
+                for line, module in _imported_modules(tree)
+                if _private_of_another(module, owner)
+            ]
+    assert not offenders, "private modules of another distribution:\n" + "\n".join(offenders)
+
+
+def test_the_import_wall_check_sees_an_offender() -> None:
+    tree = ast.parse("from reactantserver.worker.runtime._cpu_arena import CpuArena\n")
+    found = [m for _, m in _imported_modules(tree) if _private_of_another(m, "export")]
+    assert found == [
+        "reactantserver.worker.runtime._cpu_arena",
+        "reactantserver.worker.runtime._cpu_arena.CpuArena",
+    ]
+    assert not [m for _, m in _imported_modules(tree) if _private_of_another(m, "worker")]

@@ -93,8 +93,8 @@ def _bandwidth(step: Step) -> dict[str, Any]:
 
     from bench.gpu._resnet import init_params
     from reactantserver.worker.runtime import Residency, WeightCache
-    from reactantserver.worker.runtime._page_locked import PageLockedSource
     from reactantserver.worker.runtime.jax_backend import JaxBackend
+    from reactantserver.worker.runtime.page_locked import PageLockedSource
 
     locking = JaxBackend(step.mode.platform, page_locked=True)
     pageable = JaxBackend(step.mode.platform, page_locked=False)
@@ -207,8 +207,8 @@ def _bandwidth_figures(result: dict[str, Any], platform: str) -> list[dict[str, 
 def _memory(step: Step) -> dict[str, Any]:
     from bench.gpu._resnet import init_params
     from reactantserver.worker.runtime import Residency, WeightCache
-    from reactantserver.worker.runtime._page_locked import floor_source
     from reactantserver.worker.runtime.jax_backend import JaxBackend
+    from reactantserver.worker.runtime.page_locked import floor_source
 
     backend = JaxBackend(step.mode.platform)
     arrays = [a for leaves in init_params(step.mode.arch, 2).values() for a in leaves.values()]

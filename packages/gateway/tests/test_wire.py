@@ -9,8 +9,7 @@ import tracemalloc
 import pytest
 from google.protobuf.message import DecodeError
 
-from reactantserver.core.codec import effective_deadline_ns
-from reactantserver.core.codec._params import int_param
+from reactantserver.core.codec import effective_deadline_ns, int_param
 from reactantserver.core.errors import InvalidArgumentError
 from reactantserver.core.protocol import grpc_service_pb2 as pb
 from reactantserver.gateway import _wire

@@ -730,6 +730,7 @@ def test_public_surface_sorted() -> None:
         "effective_deadline_ns",
         "encode_request",
         "encode_response",
+        "int_param",
     ]
     for name in codec.__all__:
         assert hasattr(codec, name)

@@ -24,8 +24,8 @@ from safetensors.numpy import save_file
 
 from packages.worker.tests.conftest import Tensor, export_module
 from reactantserver.worker.runtime import CompileSpec, Residency, WeightCache
-from reactantserver.worker.runtime._page_locked import PageLockedSource
 from reactantserver.worker.runtime.jax_backend import PINNED_HOST, JaxBackend
+from reactantserver.worker.runtime.page_locked import PageLockedSource
 
 pytestmark = pytest.mark.gpu
 

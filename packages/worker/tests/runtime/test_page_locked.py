@@ -15,9 +15,9 @@ import pytest
 from packages.worker.tests._fake_source import SIZE, FakeSource
 from reactantserver.core.dtypes import DType
 from reactantserver.core.weights import PrivateWeightStore, WeightSpec
-from reactantserver.worker.runtime._page_locked import PageLockedSource, floor_source
 from reactantserver.worker.runtime.device_setup import floor_kind
 from reactantserver.worker.runtime.jax_backend import PINNED_HOST, JaxBackend
+from reactantserver.worker.runtime.page_locked import PageLockedSource, floor_source
 from reactantserver.worker.runtime.residency import Residency
 from reactantserver.worker.runtime.weight_cache import StoreWeightSource, WeightCache
 from reactantserver.worker.testing import MockBackend, MockBuffer

@@ -43,7 +43,7 @@ def test_parse_rejects_unknown() -> None:
 
 
 def test_names_match_the_control_proto() -> None:
-    from reactantserver.core._proto.control.v1 import control_pb2
+    from reactantserver.core.protocol import control_pb2
 
     proto_names = {v.name for v in control_pb2.Residency.DESCRIPTOR.values if v.number != 0}
     assert proto_names == {r.name for r in Residency}

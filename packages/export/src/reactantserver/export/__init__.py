@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 from reactantserver.export._bundle import FORMAT_VERSION, write_bundle
 from reactantserver.export._errors import ExportError, UnservableError
+from reactantserver.export._hooks_loader import load_registration
 from reactantserver.export._params import load_params
 from reactantserver.export._report import ModuleReport, OutputReport, ValidationReport
+from reactantserver.export._session import BundleSession
 from reactantserver.export._spec import TensorDecl, parse_tensor_spec
 
 if TYPE_CHECKING:
@@ -34,6 +36,7 @@ __version__ = _version("reactantserver-export")
 
 __all__ = [
     "FORMAT_VERSION",
+    "BundleSession",
     "ExportError",
     "ModuleReport",
     "OutputReport",
@@ -46,6 +49,7 @@ __all__ = [
     "export_torch",
     "flax_function",
     "load_params",
+    "load_registration",
     "parse_tensor_spec",
     "validate",
     "write_bundle",

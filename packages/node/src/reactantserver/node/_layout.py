@@ -14,13 +14,13 @@ from typing import Final
 import attrs
 
 from reactantserver.core.config import (
+    AUTO_GPUS,
     Backend,
     NodeConfig,
     WorkerEntry,
     node_worker_configs,
     synthesize_workers,
 )
-from reactantserver.core.config._node import AUTO_GPUS
 from reactantserver.core.errors import ConfigError
 from reactantserver.node._devices import DeviceSelection, NvmlCount, detect_devices
 

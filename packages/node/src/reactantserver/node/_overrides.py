@@ -12,8 +12,7 @@ from typing import Final
 
 import attrs
 
-from reactantserver.core.config import NodeConfig, Role
-from reactantserver.core.config._node import check_address
+from reactantserver.core.config import NodeConfig, Role, check_address
 from reactantserver.core.errors import ConfigError
 from reactantserver.node._devices import GPUS_VARIABLE, parse_gpu_spec
 

@@ -32,7 +32,7 @@ from reactantserver.core.codec._decode import (
     requested_outputs,
 )
 from reactantserver.core.codec._fast import plain_inputs, plain_outputs, plain_payloads
-from reactantserver.core.codec._params import set_param
+from reactantserver.core.codec._params import int_param, set_param
 from reactantserver.core.codec._tensor import (
     MAX_ELEMENTS,
     SHM_BYTE_SIZE,
@@ -76,6 +76,7 @@ __all__ = [
     "effective_deadline_ns",
     "encode_request",
     "encode_response",
+    "int_param",
 ]
 
 

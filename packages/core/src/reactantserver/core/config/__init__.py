@@ -34,12 +34,14 @@ from reactantserver.core.config._env import (
 from reactantserver.core.config._fields import ENV_ONLY_KEY
 from reactantserver.core.config._keys import REMOVED_KEYS
 from reactantserver.core.config._node import (
+    AUTO_GPUS,
     GpuSpec,
     ListenConfig,
     NodeConfig,
     Role,
     SupervisorConfig,
     WorkerEntry,
+    check_address,
 )
 from reactantserver.core.config._node import node_config_from_mapping as _parse_node
 from reactantserver.core.config._resolve import (
@@ -80,6 +82,7 @@ from reactantserver.core.config._yaml import load_yaml_file
 from reactantserver.core.errors import ConfigError
 
 __all__ = [
+    "AUTO_GPUS",
     "CACHE_DIR_VARIABLE",
     "DEFAULT_NODE_FILE",
     "ENV_PREFIX",
@@ -112,6 +115,7 @@ __all__ = [
     "TlsConfig",
     "WorkerConfig",
     "WorkerEntry",
+    "check_address",
     "env_override_variables",
     "load_node_config",
     "load_worker_config",

@@ -29,7 +29,6 @@ from reactantserver.worker.registry import ModelEntry
 from reactantserver.worker.repository.digest import BundleDigester
 from reactantserver.worker.repository.reconcile import Seen
 from reactantserver.worker.repository.scan import observe, scan_model_dirs
-from reactantserver.worker.runtime._page_locked import floor_source
 from reactantserver.worker.runtime.backend import CompileSpec
 from reactantserver.worker.runtime.device_setup import (
     BackendStartError,
@@ -38,6 +37,7 @@ from reactantserver.worker.runtime.device_setup import (
 )
 from reactantserver.worker.runtime.executable_cache import ExecutableCache
 from reactantserver.worker.runtime.loader import LoadedModel, load_bundle
+from reactantserver.worker.runtime.page_locked import floor_source
 from reactantserver.worker.runtime.probe import ModelRuns, model_runs, start_up
 from reactantserver.worker.runtime.residency import Residency, resolve_residency
 from reactantserver.worker.runtime.weight_cache import WeightCache
