@@ -1,4 +1,4 @@
-"""Plumbing the end-to-end suites' conftests share: failure logs, the cache, the repository.
+"""Plumbing the end-to-end suites share: failure logs, the cache, the repository, a worker's env.
 
 Fixtures stay in each suite's ``conftest.py`` (pytest finds them there); they call these.
 
@@ -55,3 +55,21 @@ def export_repo(
     for add in extras:
         add(root)
     return root
+
+
+def worker_env(cache_dir: Path, name: str | None = None, **settings: str) -> dict[str, str]:
+    """The environment of a test worker: static model control, loopback only, ``cache_dir``.
+
+    ``settings`` name ``INFERENCE_SERVER_*`` variables by their suffix
+    (``SCHEDULER_DISCIPLINE="fifo"``) and win over the defaults; ``name`` is the worker's
+    ``REACTANT_WORKER_NAME``. The one helper every end-to-end suite builds workers with.
+    """
+    env = {
+        "INFERENCE_SERVER_CACHE_DIR": str(cache_dir),
+        "INFERENCE_SERVER_MODEL_CONTROL_MODE": "static",
+        "INFERENCE_SERVER_ENDPOINTS_HOST": "127.0.0.1",
+    }
+    env.update({f"INFERENCE_SERVER_{key}": value for key, value in settings.items()})
+    if name is not None:
+        env["REACTANT_WORKER_NAME"] = name
+    return env

@@ -19,8 +19,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 import yaml
 
-from tests._e2e_support import make_cache_dir
-from tests.gateway_e2e._gateway import running_gateway, worker_env
+from tests._e2e_support import make_cache_dir, worker_env
+from tests.gateway_e2e._gateway import running_gateway
 from tests.worker_e2e._bundles import export_examples
 from tests.worker_e2e._harness import running_worker
 

@@ -18,7 +18,7 @@ PACKAGES = ("core", "client", "gateway", "worker", "node", "export")
 
 # 00-overview §Package map: the runtime dependencies each distribution may declare.
 ALLOWED = {
-    "core": {"numpy", "protobuf", "grpcio", "pyyaml", "attrs", "cattrs", "safetensors"},
+    "core": {"numpy", "protobuf", "grpcio", "pyyaml", "attrs", "cattrs"},
     "client": {"reactantserver-core", "grpcio"},
     "gateway": {
         "reactantserver-core",

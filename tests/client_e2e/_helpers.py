@@ -22,6 +22,7 @@ import numpy.typing as npt
 from reactantserver import client as rc
 from reactantserver.core.errors import ReactantError
 from reactantserver.core.protocol import grpc_service_pb2 as pb
+from tests._e2e_support import worker_env
 from tests.worker_e2e._bundles import SPIN
 from tests.worker_e2e._harness import (
     Answers,
@@ -56,16 +57,6 @@ def registered(triton: Any) -> dict[str, tuple[str, int, int]]:
     """``{name: (key, offset, byte_size)}`` of the system SHM regions a server has registered."""
     status = triton.get_system_shared_memory_status()
     return {name: (r.key, r.offset, r.byte_size) for name, r in status.regions.items()}
-
-
-def worker_env(cache_dir: Path, **extra: str) -> dict[str, str]:
-    """The environment of a worker of this suite (``extra`` names ``INFERENCE_SERVER_*``)."""
-    env = {
-        "INFERENCE_SERVER_CACHE_DIR": str(cache_dir),
-        "INFERENCE_SERVER_MODEL_CONTROL_MODE": "static",
-    }
-    env.update({f"INFERENCE_SERVER_{k}": v for k, v in extra.items()})
-    return env
 
 
 def dedicated_worker(

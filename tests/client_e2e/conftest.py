@@ -19,11 +19,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from reactantserver import client as rc
-from tests._e2e_support import attach_logs, export_repo, make_cache_dir
+from tests._e2e_support import attach_logs, export_repo, make_cache_dir, worker_env
 from tests.worker_e2e._bundles import load_weights
 from tests.worker_e2e._harness import WorkerProcess, running_worker, worker_logs
 
-from ._helpers import OURS, registered, shm_leftovers, worker_env
+from ._helpers import OURS, registered, shm_leftovers
 
 # The log tail of every worker this session started goes into a failing report.
 pytest_runtest_makereport = attach_logs(Path(__file__).parent, lambda: worker_logs(6000))

@@ -21,7 +21,7 @@ import tritonclient.utils.shared_memory as shm
 from hypothesis.configuration import set_hypothesis_home_dir
 from tritonclient.grpc import service_pb2
 
-from tests._e2e_support import attach_logs, make_cache_dir
+from tests._e2e_support import attach_logs, make_cache_dir, worker_env
 from tests.worker_e2e._bundles import export_examples, load_weights
 from tests.worker_e2e._harness import (
     WorkerProcess,
@@ -81,18 +81,13 @@ def mlp_weights(fuzz_repo: Path) -> dict[str, Any]:
     return load_weights(fuzz_repo / "mlp")
 
 
-def worker_env(cache: Path, mode: str) -> dict[str, str]:
-    """The environment of a fuzzed worker in model control ``mode``."""
-    return {"INFERENCE_SERVER_CACHE_DIR": str(cache), "INFERENCE_SERVER_MODEL_CONTROL_MODE": mode}
-
-
 @pytest.fixture(scope="module")
 def request_worker(
     fuzz_repo: Path, fuzz_cache: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WorkerProcess]:
     """The worker the request fuzz drives (``static`` mode); must exit 0 at the end."""
     log = tmp_path_factory.mktemp("logs") / "request_worker.log"
-    with running_worker(fuzz_repo, log, worker_env(fuzz_cache, "static")) as process:
+    with running_worker(fuzz_repo, log, worker_env(fuzz_cache)) as process:
         yield process
 
 
@@ -154,7 +149,9 @@ def loader_worker(
 ) -> Iterator[WorkerProcess]:
     """The worker the loader fuzz drives (``explicit`` mode); must exit 0 at the end."""
     log = tmp_path_factory.mktemp("logs") / "loader_worker.log"
-    with running_worker(loader_repo, log, worker_env(fuzz_cache, "explicit")) as process:
+    with running_worker(
+        loader_repo, log, worker_env(fuzz_cache, MODEL_CONTROL_MODE="explicit")
+    ) as process:
         yield process
 
 

@@ -40,7 +40,6 @@ __all__ = [
     "running_gateway",
     "running_workers",
     "sum_samples",
-    "worker_env",
 ]
 
 LPT: dict[str, Any] = {
@@ -56,17 +55,6 @@ LPT: dict[str, Any] = {
 
 Its workers must run discipline ``fifo`` (``lpt_packing`` refuses ``fair``).
 """
-
-
-def worker_env(cache_dir: Path, **extra: str) -> dict[str, str]:
-    """Environment of a worker behind the gateway (``extra`` names ``INFERENCE_SERVER_*``)."""
-    env = {
-        "INFERENCE_SERVER_CACHE_DIR": str(cache_dir),
-        "INFERENCE_SERVER_MODEL_CONTROL_MODE": "static",
-        "INFERENCE_SERVER_ENDPOINTS_HOST": "127.0.0.1",
-    }
-    env.update({f"INFERENCE_SERVER_{k}": v for k, v in extra.items()})
-    return env
 
 
 class GatewayProcess:

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests._e2e_support import attach_logs, export_repo, make_cache_dir
+from tests._e2e_support import attach_logs, export_repo, make_cache_dir, worker_env
 from tests.worker_e2e._harness import WorkerProcess
 
-from ._gateway import GatewayProcess, log_sections, running_gateway, running_workers, worker_env
+from ._gateway import GatewayProcess, log_sections, running_gateway, running_workers
 
 # The log tails of this session's workers and gateways go into a failing report.
 pytest_runtest_makereport = attach_logs(Path(__file__).parent, log_sections)

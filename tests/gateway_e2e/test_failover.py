@@ -23,6 +23,7 @@ import tritonclient.utils.shared_memory as shm
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from tests._e2e_support import worker_env
 from tests.worker_e2e._harness import (
     STOP_TIMEOUT_S,
     WorkerProcess,
@@ -32,7 +33,7 @@ from tests.worker_e2e._harness import (
     wait_for,
 )
 
-from ._gateway import GatewayProcess, running_gateway, worker_env
+from ._gateway import GatewayProcess, running_gateway
 
 pytestmark = pytest.mark.slow
 

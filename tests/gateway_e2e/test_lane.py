@@ -19,6 +19,7 @@ from tritonclient.utils import InferenceServerException
 from reactantserver.core.lane import ADVERT_METADATA_KEY, Advert, parse_advert
 from reactantserver.core.protocol import SERVER_READY
 from reactantserver.core.protocol import grpc_service_pb2 as pb
+from tests._e2e_support import worker_env
 from tests.worker_e2e._harness import (
     WorkerProcess,
     infer_input,
@@ -29,7 +30,7 @@ from tests.worker_e2e._harness import (
     status_of,
 )
 
-from ._gateway import GatewayProcess, running_gateway, worker_env
+from ._gateway import GatewayProcess, running_gateway
 
 pytestmark = pytest.mark.slow
 

@@ -11,6 +11,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from tests._e2e_support import worker_env
 from tests.worker_e2e._harness import (
     WorkerProcess,
     infer_input,
@@ -20,7 +21,7 @@ from tests.worker_e2e._harness import (
     status_of,
 )
 
-from ._gateway import running_gateway, worker_env
+from ._gateway import running_gateway
 
 pytestmark = pytest.mark.slow
 

@@ -17,9 +17,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from reactantserver.core.protocol import control_pb2, control_pb2_grpc
+from tests._e2e_support import worker_env
 from tests.worker_e2e._harness import WorkerProcess, model_stats
 
-from ._gateway import LPT, GatewayProcess, running_gateway, worker_env
+from ._gateway import LPT, GatewayProcess, running_gateway
 
 MODELS = ("mlp", "two_io")
 

@@ -19,10 +19,11 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import triton_to_np_dtype
 
 from reactantserver.core.protocol import control_pb2, control_pb2_grpc
+from tests._e2e_support import worker_env
 from tests.worker_e2e._bundles import SPIN
 from tests.worker_e2e._harness import Answers, WorkerProcess, model_stats, spin_input
 
-from ._gateway import GatewayProcess, running_gateway, worker_env
+from ._gateway import GatewayProcess, running_gateway
 
 LONG = 2_000_000  # spin iterations: ~0.2 s on the CI cores
 SHORT = 200_000

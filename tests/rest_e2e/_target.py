@@ -21,7 +21,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests.gateway_e2e._gateway import worker_env
+from tests._e2e_support import worker_env
 
 __all__ = [
     "Response",

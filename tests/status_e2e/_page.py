@@ -52,17 +52,6 @@ return Array.from(root.querySelectorAll("table.models tbody tr")).map((tr) => [
 """
 
 
-def worker_env(cache_dir: Path, name: str, **extra: str) -> dict[str, str]:
-    """A static worker named ``name`` with the suite's weight budget (``extra``: more vars)."""
-    return {
-        "INFERENCE_SERVER_CACHE_DIR": str(cache_dir),
-        "INFERENCE_SERVER_MODEL_CONTROL_MODE": "static",
-        "INFERENCE_SERVER_RUNTIME_WEIGHT_CACHE_MAX_BYTES": str(WEIGHT_BUDGET),
-        "REACTANT_WORKER_NAME": name,
-        **extra,
-    }
-
-
 def _inputs(meta: Mapping[str, Any], rows: int, rng: np.random.Generator) -> list[Any]:
     """Random tensors for ``rows`` rows of every input in ``meta`` (tritonclient JSON)."""
     tensors = []

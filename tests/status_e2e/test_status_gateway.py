@@ -15,19 +15,20 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.support.wait import WebDriverWait
 
+from tests._e2e_support import worker_env
 from tests.gateway_e2e._gateway import LPT, running_gateway
 from tests.worker_e2e._harness import running_worker
 
 from ._page import (
     PAGE_TIMEOUT_S,
     TRAFFIC,
+    WEIGHT_BUDGET,
     lists_every_model,
     page_rows,
     page_state,
     screenshot,
     send_traffic,
     status_document,
-    worker_env,
 )
 
 pytestmark = pytest.mark.slow
@@ -65,7 +66,12 @@ def test_gateway_page_shows_placement_and_every_worker(
                 running_worker(
                     repo,
                     tmp_path / f"{name}.log",
-                    worker_env(cache_dir, name, INFERENCE_SERVER_SCHEDULER_DISCIPLINE="fifo"),
+                    worker_env(
+                        cache_dir,
+                        name,
+                        RUNTIME_WEIGHT_CACHE_MAX_BYTES=str(WEIGHT_BUDGET),
+                        SCHEDULER_DISCIPLINE="fifo",
+                    ),
                 )
             )
             for name in WORKERS

@@ -20,6 +20,7 @@ from selenium import webdriver
 from selenium.webdriver.support.wait import WebDriverWait
 
 from reactantserver.core.protocol import control_pb2, control_pb2_grpc
+from tests._e2e_support import worker_env
 from tests.worker_e2e._bundles import SPIN
 from tests.worker_e2e._harness import WAIT_S, WorkerProcess, open_channel, running_worker
 
@@ -27,13 +28,13 @@ from ._page import (
     MODELS,
     PAGE_TIMEOUT_S,
     TRAFFIC,
+    WEIGHT_BUDGET,
     lists_every_model,
     page_rows,
     page_state,
     screenshot,
     send_traffic,
     status_document,
-    worker_env,
 )
 
 pytestmark = pytest.mark.slow
@@ -60,7 +61,7 @@ def test_page_shows_every_model_with_residency_and_traffic(
     cache_dir: Path,
     tmp_path: Path,
 ) -> None:
-    env = worker_env(cache_dir, "status-demo")
+    env = worker_env(cache_dir, "status-demo", RUNTIME_WEIGHT_CACHE_MAX_BYTES=str(WEIGHT_BUDGET))
     with running_worker(repo, tmp_path / "worker.log", env) as worker:
         set_cnn_weight(worker, 2.0)
         send_traffic(worker.url, TRAFFIC)

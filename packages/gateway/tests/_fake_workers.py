@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterator
 
 from aiohttp import web
 
-from reactantserver.gateway._http import start_http
+from reactantserver.core.rest.http_app import start_http
 
 __all__ = ["FakeWorkers", "refused_port"]
 

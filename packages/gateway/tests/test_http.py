@@ -11,7 +11,8 @@ import aiohttp
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from reactantserver.gateway._http import _SESSION, gateway_http_app, start_http
+from reactantserver.core.rest.http_app import start_http
+from reactantserver.gateway._http import _SESSION, gateway_http_app
 from reactantserver.gateway._metrics import CONTENT_TYPE, GatewayMetrics
 
 from ._fake_workers import FakeWorkers, refused_port

@@ -17,8 +17,9 @@ import aiohttp
 from aiohttp import web
 
 from reactantserver.core.protocol import control_pb2
+from reactantserver.core.rest.http_app import start_http
 from reactantserver.core.status import PAGE_CONTENT_TYPE, WorkerStatus
-from reactantserver.gateway._http import gateway_http_app, start_http
+from reactantserver.gateway._http import gateway_http_app
 from reactantserver.gateway._metrics import GatewayMetrics
 from reactantserver.gateway._status import StatusSource
 from reactantserver.gateway._workers import ChannelSettings, WorkerLink

@@ -13,9 +13,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from reactantserver.core.config import WorkerConfig
+from reactantserver.core.rest.http_app import start_http
 from reactantserver.worker.registry import ModelEntry, ModelState
 from reactantserver.worker.state import WorkerState
-from reactantserver.worker.transport.http import http_app, start_http
+from reactantserver.worker.transport.http import http_app
 from reactantserver.worker.views.metrics import CONTENT_TYPE, WorkerMetrics
 
 Check = Callable[[aiohttp.ClientSession, str], Awaitable[None]]

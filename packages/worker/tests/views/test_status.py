@@ -23,11 +23,12 @@ from packages.worker.tests.conftest import BundleMaker, Tensor
 from reactantserver.core import status as schema
 from reactantserver.core.config import ModelSchedulingConfig, SchedulerConfig, WorkerConfig
 from reactantserver.core.hooks import NamedTensor
+from reactantserver.core.rest.http_app import start_http
 from reactantserver.core.types import InferRequest
 from reactantserver.worker.registry import ModelEntry, ModelState
 from reactantserver.worker.runtime import Residency
 from reactantserver.worker.state import WorkerState
-from reactantserver.worker.transport.http import http_app, start_http
+from reactantserver.worker.transport.http import http_app
 from reactantserver.worker.views.metrics import WorkerMetrics
 from reactantserver.worker.views.status import add_status_routes, worker_status
 

@@ -106,8 +106,12 @@ class ConfigError(ValueError):
 
 
 def status_message(exc: BaseException) -> str:
-    """The exception's text as a status message: one line, runs of whitespace collapsed."""
-    return " ".join(str(exc).split())
+    """An error as one line: its text with runs of whitespace collapsed, else its type's name.
+
+    The one helper for every status message, log line and recorded reason built from an
+    exception.
+    """
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def status_of(exc: BaseException) -> grpc.StatusCode:

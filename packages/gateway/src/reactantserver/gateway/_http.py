@@ -28,16 +28,15 @@ import aiohttp
 from aiohttp import web
 
 from reactantserver.core.rest import RestBackend
+from reactantserver.core.rest.http_app import add_rest_route
 from reactantserver.gateway._exposition import merge_expositions
 from reactantserver.gateway._metrics import CONTENT_TYPE, GatewayMetrics
-from reactantserver.gateway._rest import add_rest_route
 from reactantserver.gateway._status import StatusSource, add_status_routes
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_SCRAPE_TIMEOUT_SECONDS",
     "gateway_http_app",
-    "start_http",
 ]
 
 DEFAULT_SCRAPE_TIMEOUT_SECONDS = 5.0
@@ -134,19 +133,3 @@ def gateway_http_app(
     if status is not None:
         add_status_routes(app, status, lambda request: request.app[_SESSION])
     return app
-
-
-async def start_http(app: web.Application, host: str, port: int) -> web.AppRunner:
-    """Serve ``app`` on ``host:port`` (port 0: any free one; see ``runner.addresses``).
-
-    Returns the runner; ``await runner.cleanup()`` stops the listener and closes the scrape
-    session. No access log.
-    """
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, host, port).start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    return runner

@@ -16,14 +16,13 @@ import logging
 from typing import Any
 
 import grpc
-from aiohttp import web
 from google.protobuf.message import Message
 
 from reactantserver.core.protocol import INFERENCE_METHODS
-from reactantserver.core.rest import RestBackend, RestCallError, RestContext, handle_rest
+from reactantserver.core.rest import RestCallError, RestContext
 from reactantserver.gateway._service import GatewayService
 
-__all__ = ["GatewayRestBackend", "add_rest_route"]
+__all__ = ["GatewayRestBackend"]
 
 _log = logging.getLogger("reactantserver.gateway.rest")
 
@@ -63,21 +62,3 @@ class GatewayRestBackend:
         if isinstance(answer, Message):
             return answer
         return info.response.FromString(answer)
-
-
-def add_rest_route(app: web.Application, backend: RestBackend) -> None:
-    """Mount ``/v2`` and everything under it (any method) on ``app``, served by ``backend``.
-
-    The body is read as sent (aiohttp has already undone a gzip/deflate ``Content-Encoding``);
-    a response is compressed when the client's ``Accept-Encoding`` asks for it.
-    """
-
-    async def serve(request: web.Request) -> web.StreamResponse:
-        body = await request.read()
-        answer = await handle_rest(request.method, request.raw_path, request.headers, body, backend)
-        response = web.Response(status=answer.status, body=answer.body, headers=answer.headers)
-        if request.headers.get("Accept-Encoding"):
-            response.enable_compression()
-        return response
-
-    app.router.add_route("*", r"/v2{tail:(?:/.*)?}", serve)

@@ -22,6 +22,7 @@ from aiohttp import web
 
 from reactantserver.core.front import GrpcFront
 from reactantserver.core.protocol import INFERENCE_SERVICE, MODEL_INFER, control_pb2
+from reactantserver.core.rest.http_app import start_http
 from reactantserver.core.serving import (
     HEALTH_SERVICE,
     HealthTracker,
@@ -30,7 +31,7 @@ from reactantserver.core.serving import (
 )
 from reactantserver.gateway._control import add_control_services
 from reactantserver.gateway._discovery import Discovery
-from reactantserver.gateway._http import gateway_http_app, start_http
+from reactantserver.gateway._http import gateway_http_app
 from reactantserver.gateway._metrics import GatewayMetrics
 from reactantserver.gateway._proxy import Proxy, ProxySettings
 from reactantserver.gateway._rest import GatewayRestBackend

@@ -32,6 +32,7 @@ from reactantserver.core.protocol import (
     control_pb2,
     inference_service_handler,
 )
+from reactantserver.core.rest.http_app import start_http
 from reactantserver.core.serving import (
     HEALTH_SERVICE,
     HealthTracker,
@@ -42,7 +43,7 @@ from reactantserver.worker.repository.boot import boot
 from reactantserver.worker.repository.watcher import start_lifecycle
 from reactantserver.worker.state import WorkerState
 from reactantserver.worker.transport.control import add_control_service
-from reactantserver.worker.transport.http import http_app, start_http
+from reactantserver.worker.transport.http import http_app
 from reactantserver.worker.transport.inference import InferenceService
 from reactantserver.worker.transport.lane import LaneServer
 from reactantserver.worker.views.metrics import WorkerMetrics

@@ -19,7 +19,7 @@ import attrs
 
 from reactantserver.core.buffer_pool import BufferPool
 from reactantserver.core.config import ModelControlMode, WorkerConfig
-from reactantserver.core.errors import BundleError
+from reactantserver.core.errors import BundleError, status_message
 from reactantserver.core.manifest import Manifest, load_manifest
 from reactantserver.core.weights import PrivateWeightStore, SharedWeightStore, WeightStore
 from reactantserver.worker.dataplane import DataPlane
@@ -298,7 +298,7 @@ def _load_all(state: WorkerState, runtime: Runtime, bundles: dict[str, Path]) ->
         try:
             bundle = load_model(state, runtime, path)
         except Exception as exc:
-            reason = " ".join(str(exc).split()) or type(exc).__name__
+            reason = status_message(exc)
             _log.error("model load failed model=%s error=%s", name, reason)
             state.registry.put(ModelEntry.failed(name, reason))
             state.record_load(name, time.perf_counter() - started, ok=False)

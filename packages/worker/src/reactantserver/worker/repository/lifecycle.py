@@ -30,7 +30,7 @@ from typing import TypeVar
 
 import attrs
 
-from reactantserver.core.errors import FailedPreconditionError, ModelNotFoundError
+from reactantserver.core.errors import FailedPreconditionError, ModelNotFoundError, status_message
 from reactantserver.worker.registry import ModelEntry
 from reactantserver.worker.repository.boot import (
     CompiledBundle,
@@ -47,7 +47,7 @@ from reactantserver.worker.runtime.residency import Residency, resolve_residency
 from reactantserver.worker.scheduler import ScheduledModel
 from reactantserver.worker.state import Runtime, WorkerState
 
-__all__ = ["ModelLifecycle", "apply_residency", "one_line"]
+__all__ = ["ModelLifecycle", "apply_residency"]
 
 _log = logging.getLogger("reactantserver.worker.lifecycle")
 _T = TypeVar("_T")
@@ -75,11 +75,6 @@ def apply_residency(
             runtime.scheduler.seed_costs(result.costs)
             _log.info("warmed %r after pinning it: %d size(s)", name, len(result.costs))
     return weights.residency(name)
-
-
-def one_line(exc: BaseException) -> str:
-    """An error as one line (its type name when it has no message)."""
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 class ModelLifecycle:
@@ -212,7 +207,7 @@ class ModelLifecycle:
         exc: BaseException,
         started: float,
     ) -> None:
-        reason = one_line(exc)
+        reason = status_message(exc)
         self._state.record_load(name, time.perf_counter() - started, ok=False)
         if old is not None:
             _log.error(

@@ -22,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from reactantserver.core.config import ModelControlMode
-from reactantserver.core.errors import ModelNotFoundError
+from reactantserver.core.errors import ModelNotFoundError, status_message
 from reactantserver.worker.repository.boot import Booted
-from reactantserver.worker.repository.lifecycle import ModelLifecycle, one_line
+from reactantserver.worker.repository.lifecycle import ModelLifecycle
 from reactantserver.worker.repository.reconcile import (
     Action,
     Load,
@@ -156,7 +156,7 @@ class RepositoryWatcher:
                 if strict:
                     raise
                 # install() has logged and recorded a failed load; this covers the rest.
-                _log.warning("watcher action %s failed: %s", action, one_line(exc))
+                _log.warning("watcher action %s failed: %s", action, status_message(exc))
 
 
 def start_lifecycle(state: WorkerState, booted: Booted) -> None:

@@ -27,6 +27,7 @@ from reactantserver.core.errors import (
     ModelUnavailableError,
     ReactantError,
     ShuttingDownError,
+    status_message,
 )
 from reactantserver.core.protocol import control_pb2, control_pb2_grpc
 from reactantserver.core.serving import RpcRegistry
@@ -84,11 +85,6 @@ def _cache_view(weights: WeightCache, names: Sequence[str]) -> _CacheView:
     )
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, text: str) -> NoReturn:
     await context.abort(code, text)
     raise AssertionError("context.abort returned")  # pragma: no cover - abort always raises
@@ -99,10 +95,10 @@ async def _answer(context: grpc.aio.ServicerContext, call: Awaitable[_T]) -> _T:
     try:
         return await call
     except ReactantError as exc:
-        await _abort(context, exc.status, _one_line(exc))
+        await _abort(context, exc.status, status_message(exc))
     except Exception as exc:
         _log.exception("control RPC failed")
-        await _abort(context, grpc.StatusCode.INTERNAL, _one_line(exc))
+        await _abort(context, grpc.StatusCode.INTERNAL, status_message(exc))
 
 
 async def _on_dispatch(scheduler: Scheduler, fn: Callable[[], _T]) -> _T:
@@ -234,7 +230,7 @@ class WorkerControlService(control_pb2_grpc.WorkerControlServicer):
         try:
             installed = scheduler.set_weight(name, weight)
         except ValueError as exc:
-            raise InvalidArgumentError(f"model '{name}': {_one_line(exc)}") from exc
+            raise InvalidArgumentError(f"model '{name}': {status_message(exc)}") from exc
         if not installed:
             raise ModelNotFoundError(f"Request for unknown model: '{name}' is not found")
         _log.info("fair weight of %r set to %g", name, weight)

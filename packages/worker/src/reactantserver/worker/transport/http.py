@@ -7,7 +7,7 @@ The application runs on the gRPC server's event loop; ``/v2/...`` is the inferen
 over REST (:mod:`reactantserver.worker.transport.rest`); every other path (and every other
 method on the three probe paths) is ``404``::
 
-    runner = await start_http(http_app(state, metrics), "127.0.0.1", 9100)
+    runner = await start_http(http_app(state, metrics), "127.0.0.1", 9100)  # core.rest.http_app
     ...
     await runner.cleanup()
 """
@@ -18,13 +18,14 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from reactantserver.core.rest.http_app import add_rest_route
 from reactantserver.worker.state import WorkerState
 from reactantserver.worker.transport.inference import InferenceService
-from reactantserver.worker.transport.rest import WorkerRestBackend, add_rest_route
+from reactantserver.worker.transport.rest import WorkerRestBackend
 from reactantserver.worker.views.metrics import CONTENT_TYPE, WorkerMetrics
 from reactantserver.worker.views.status import add_status_routes
 
-__all__ = ["http_app", "start_http"]
+__all__ = ["http_app"]
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -64,18 +65,3 @@ def http_app(state: WorkerState, metrics: WorkerMetrics) -> web.Application:
     add_status_routes(app, state)
     add_rest_route(app, WorkerRestBackend(InferenceService(state)))
     return app
-
-
-async def start_http(app: web.Application, host: str, port: int) -> web.AppRunner:
-    """Serve ``app`` on ``host:port`` (port 0: any free one; see ``runner.addresses``).
-
-    Returns the runner; ``await runner.cleanup()`` stops the listener. No access log.
-    """
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, host, port).start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    return runner

@@ -36,7 +36,6 @@ from reactantserver.core.types import InferRequest
 from reactantserver.worker.dataplane import RequestStats
 from reactantserver.worker.registry import NOT_RESIDENT_REASON, ModelEntry, ModelState
 from reactantserver.worker.repository import groups
-from reactantserver.worker.repository.lifecycle import one_line
 from reactantserver.worker.state import Runtime, WorkerState
 from reactantserver.worker.views import model_info
 
@@ -251,7 +250,7 @@ class InferenceService:
             await _abort(context, exc)
         except Exception as exc:
             await context.abort(
-                grpc.StatusCode.INTERNAL, f"failed to load model '{name}': {one_line(exc)}"
+                grpc.StatusCode.INTERNAL, f"failed to load model '{name}': {status_message(exc)}"
             )
         if unload:
             return pb.RepositoryModelUnloadResponse()

@@ -14,14 +14,13 @@ from __future__ import annotations
 import logging
 
 import grpc
-from aiohttp import web
 from google.protobuf.message import Message
 
 from reactantserver.core.errors import ReactantError, status_message, status_of
-from reactantserver.core.rest import RestBackend, RestCallError, RestContext, handle_rest
+from reactantserver.core.rest import RestCallError, RestContext
 from reactantserver.worker.transport.inference import Handler, InferenceService
 
-__all__ = ["WorkerRestBackend", "add_rest_route"]
+__all__ = ["WorkerRestBackend"]
 
 _log = logging.getLogger("reactantserver.worker.rest")
 
@@ -53,21 +52,3 @@ class WorkerRestBackend:
                 grpc.StatusCode.UNKNOWN, f"unexpected {type(exc).__name__}: {exc}"
             ) from None
         return response
-
-
-def add_rest_route(app: web.Application, backend: RestBackend) -> None:
-    """Mount ``/v2`` and everything under it (any method) on ``app``, served by ``backend``.
-
-    The body is read as sent (aiohttp has already undone a gzip/deflate ``Content-Encoding``);
-    a response is compressed when the client's ``Accept-Encoding`` asks for it.
-    """
-
-    async def serve(request: web.Request) -> web.StreamResponse:
-        body = await request.read()
-        answer = await handle_rest(request.method, request.raw_path, request.headers, body, backend)
-        response = web.Response(status=answer.status, body=answer.body, headers=answer.headers)
-        if request.headers.get("Accept-Encoding"):
-            response.enable_compression()
-        return response
-
-    app.router.add_route("*", r"/v2{tail:(?:/.*)?}", serve)

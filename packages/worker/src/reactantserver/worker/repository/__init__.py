@@ -1,0 +1,7 @@
+"""The model repository: what is on disk becomes what is served.
+
+Start-up (:mod:`.boot`: scan, compile, warm up), the lifecycle of each model afterwards
+(:mod:`.lifecycle`: install, reload, unload, rename), the ``dynamic`` mode's watcher
+(:mod:`.watcher`, planning in :mod:`.reconcile` over :mod:`.scan` and :mod:`.digest`), and
+meta models as groups (:mod:`.groups`).
+"""

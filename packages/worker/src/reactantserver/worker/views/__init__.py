@@ -1,0 +1,5 @@
+"""Read-only views of a running worker: nothing here changes what the worker does.
+
+``/metrics`` (:mod:`.metrics`), the ``/status`` document and page (:mod:`.status`), and the
+model metadata, configuration and statistics messages (:mod:`.model_info`).
+"""
