@@ -5,3 +5,6 @@ Start-up (:mod:`.boot`: scan, compile, warm up), the lifecycle of each model aft
 (:mod:`.watcher`, planning in :mod:`.reconcile` over :mod:`.scan` and :mod:`.digest`), and
 meta models as groups (:mod:`.groups`).
 """
+
+# The modules are the surface; import from them (e.g. reactantserver.worker.repository.boot).
+__all__: list[str] = []

@@ -3,3 +3,6 @@
 ``/metrics`` (:mod:`.metrics`), the ``/status`` document and page (:mod:`.status`), and the
 model metadata, configuration and statistics messages (:mod:`.model_info`).
 """
+
+# The modules are the surface; import from them (e.g. reactantserver.worker.views.metrics).
+__all__: list[str] = []
