@@ -29,18 +29,18 @@ from reactantserver.core.serving import (
     enable_reflection,
     front_tls,
 )
-from reactantserver.gateway._control import add_control_services
-from reactantserver.gateway._discovery import Discovery
-from reactantserver.gateway._http import gateway_http_app
-from reactantserver.gateway._metrics import GatewayMetrics
-from reactantserver.gateway._proxy import Proxy, ProxySettings
-from reactantserver.gateway._rest import GatewayRestBackend
-from reactantserver.gateway._service import GatewayService
-from reactantserver.gateway._status import StatusSource
-from reactantserver.gateway._workers import ChannelSettings, WorkerLink
 from reactantserver.gateway.config import GatewayConfig
 from reactantserver.gateway.policies.modes import make_policy, wait_for_preconditions
 from reactantserver.gateway.policies.policy import Policy
+from reactantserver.gateway.transport.control import add_control_services
+from reactantserver.gateway.transport.http import gateway_http_app
+from reactantserver.gateway.transport.proxy import Proxy, ProxySettings
+from reactantserver.gateway.transport.rest import GatewayRestBackend
+from reactantserver.gateway.transport.service import GatewayService
+from reactantserver.gateway.views.metrics import GatewayMetrics
+from reactantserver.gateway.views.status import StatusSource
+from reactantserver.gateway.workers.discovery import Discovery
+from reactantserver.gateway.workers.link import ChannelSettings, WorkerLink
 
 __all__ = ["GatewayServer", "split_address"]
 

@@ -15,15 +15,15 @@ import math
 import time
 from collections.abc import Sequence
 
-from reactantserver.gateway._discovery import poll_status
-from reactantserver.gateway._metrics import GatewayMetrics
-from reactantserver.gateway._workers import WorkerLink
 from reactantserver.gateway.config import GatewayConfig, SchedulingConfig, SchedulingMode
 from reactantserver.gateway.policies.knobs import SchedulingKnobs
 from reactantserver.gateway.policies.lpt.overrides import ModelOverride
 from reactantserver.gateway.policies.lpt.policy import LptPolicy
 from reactantserver.gateway.policies.model_aware.policy import ModelAwarePolicy
 from reactantserver.gateway.policies.policy import Policy, RoundRobin
+from reactantserver.gateway.views.metrics import GatewayMetrics
+from reactantserver.gateway.workers.discovery import poll_status
+from reactantserver.gateway.workers.link import WorkerLink
 
 __all__ = ["StartupError", "knobs_of", "make_policy", "wait_for_preconditions"]
 

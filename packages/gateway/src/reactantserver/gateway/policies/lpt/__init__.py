@@ -1,43 +1,10 @@
-"""Placement of models on workers: the pure logic behind the ``lpt_packing`` policy (08)."""
+"""The ``lpt_packing`` policy: pure placement logic beside its run-time glue.
 
-from __future__ import annotations
+Pure, no I/O and no clocks: :mod:`.packing` (greedy two-dimensional LPT of models onto
+workers), :mod:`.fill` (fill plans and per-request replica choice) and :mod:`.overrides`
+(per-model placement overrides). Glue: :mod:`.policy` (ticks, repacks, routing) and
+:mod:`.control` (its ``GatewayControl`` methods).
+"""
 
-from reactantserver.gateway.policies.knobs import KnobError, SchedulingKnobs
-from reactantserver.gateway.policies.lpt.fill import (
-    FillPlan,
-    ReplicaRoute,
-    ReplicaRouter,
-    resolve_fill_plan,
-)
-from reactantserver.gateway.policies.lpt.overrides import ModelOverride, apply_placement_request
-from reactantserver.gateway.policies.lpt.packing import (
-    Assignment,
-    ModelDemand,
-    ModelPlacement,
-    PlacementChange,
-    WorkerBudget,
-    compute_assignment,
-    placement_change,
-)
-from reactantserver.gateway.policies.routing_meta import MetaSnapshot, RoutingMeta, request_weight
-
-__all__ = [
-    "Assignment",
-    "FillPlan",
-    "KnobError",
-    "MetaSnapshot",
-    "ModelDemand",
-    "ModelOverride",
-    "ModelPlacement",
-    "PlacementChange",
-    "ReplicaRoute",
-    "ReplicaRouter",
-    "RoutingMeta",
-    "SchedulingKnobs",
-    "WorkerBudget",
-    "apply_placement_request",
-    "compute_assignment",
-    "placement_change",
-    "request_weight",
-    "resolve_fill_plan",
-]
+# The modules are the surface; import from them (e.g. reactantserver.gateway.policies.lpt.fill).
+__all__: list[str] = []

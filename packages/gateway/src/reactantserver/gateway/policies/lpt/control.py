@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 import grpc
 
 from reactantserver.core.protocol import control_pb2
-from reactantserver.gateway._proxy import ForwardError
 from reactantserver.gateway.policies.knobs import (
     INFLIGHT_HAZARD,
     apply_policy_request,
@@ -21,6 +20,7 @@ from reactantserver.gateway.policies.knobs import (
     validate_repack_wait,
 )
 from reactantserver.gateway.policies.lpt.overrides import apply_placement_request, fill_quantum
+from reactantserver.gateway.transport.proxy import ForwardError
 
 if TYPE_CHECKING:
     from reactantserver.gateway.policies.lpt.policy import LptPolicy

@@ -20,8 +20,6 @@ from collections.abc import Callable, Mapping, Sequence
 import attrs
 
 from reactantserver.core.protocol import control_pb2
-from reactantserver.gateway._metrics import GatewayMetrics
-from reactantserver.gateway._workers import COMPACT_MEMORY, WorkerLink, compact_deadline
 from reactantserver.gateway.policies.knobs import SchedulingKnobs
 from reactantserver.gateway.policies.lpt import control as lpt_control
 from reactantserver.gateway.policies.lpt.fill import FillPlan, ReplicaRouter, resolve_fill_plan
@@ -41,6 +39,8 @@ from reactantserver.gateway.policies.routing_meta import (
     ewma_alpha,
     request_weight,
 )
+from reactantserver.gateway.views.metrics import GatewayMetrics
+from reactantserver.gateway.workers.link import COMPACT_MEMORY, WorkerLink, compact_deadline
 
 __all__ = ["LptPolicy", "RepackRecord"]
 

@@ -15,9 +15,6 @@ from collections.abc import Mapping, Sequence
 import grpc
 
 from reactantserver.core.protocol import control_pb2
-from reactantserver.gateway._metrics import GatewayMetrics
-from reactantserver.gateway._proxy import ForwardError
-from reactantserver.gateway._workers import WorkerLink
 from reactantserver.gateway.policies.knobs import (
     SchedulingKnobs,
     apply_policy_request,
@@ -31,6 +28,9 @@ from reactantserver.gateway.policies.model_aware.estimate import (
 )
 from reactantserver.gateway.policies.policy import Choice, RoundRobin
 from reactantserver.gateway.policies.routing_meta import RoutingMeta
+from reactantserver.gateway.transport.proxy import ForwardError
+from reactantserver.gateway.views.metrics import GatewayMetrics
+from reactantserver.gateway.workers.link import WorkerLink
 
 __all__ = ["ModelAwarePolicy"]
 

@@ -20,7 +20,7 @@ from google.protobuf.message import Message
 
 from reactantserver.core.protocol import INFERENCE_METHODS
 from reactantserver.core.rest import RestCallError, RestContext
-from reactantserver.gateway._service import GatewayService
+from reactantserver.gateway.transport.service import GatewayService
 
 __all__ = ["GatewayRestBackend"]
 

@@ -11,11 +11,10 @@ import aiohttp
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
+from packages.gateway.tests._fake_workers import FakeWorkers, refused_port
 from reactantserver.core.rest.http_app import start_http
-from reactantserver.gateway._http import _SESSION, gateway_http_app
-from reactantserver.gateway._metrics import CONTENT_TYPE, GatewayMetrics
-
-from ._fake_workers import FakeWorkers, refused_port
+from reactantserver.gateway.transport.http import _SESSION, gateway_http_app
+from reactantserver.gateway.views.metrics import CONTENT_TYPE, GatewayMetrics
 
 TIMEOUT = 0.3
 

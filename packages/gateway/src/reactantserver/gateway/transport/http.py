@@ -4,8 +4,8 @@
 opened on start-up and closed on cleanup), records ``gateway_worker_metrics_up{worker}`` and
 answers the gateway's own series followed by the workers' (:func:`merge_expositions`). With a
 ``rest`` backend, ``/v2/...`` is the inference service over KServe V2 REST
-(:mod:`reactantserver.gateway._rest`). Every other path, and every method but ``GET``/``HEAD``
-on the three probe paths, is ``404``::
+(:mod:`reactantserver.gateway.transport.rest`). Every other path, and every method but
+``GET``/``HEAD`` on the three probe paths, is ``404``::
 
     app = gateway_http_app(metrics=metrics, scrape_targets=[("w0", "10.0.0.5:8002")],
                            ready=lambda: any_worker_ready, rest=GatewayRestBackend(service))
@@ -29,9 +29,9 @@ from aiohttp import web
 
 from reactantserver.core.rest import RestBackend
 from reactantserver.core.rest.http_app import add_rest_route
-from reactantserver.gateway._exposition import merge_expositions
-from reactantserver.gateway._metrics import CONTENT_TYPE, GatewayMetrics
-from reactantserver.gateway._status import StatusSource, add_status_routes
+from reactantserver.gateway.views.exposition import merge_expositions
+from reactantserver.gateway.views.metrics import CONTENT_TYPE, GatewayMetrics
+from reactantserver.gateway.views.status import StatusSource, add_status_routes
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -93,7 +93,7 @@ def gateway_http_app(
     ``scrape_targets`` are ``(worker label, "host:port")`` of the workers' HTTP ports, in
     exposition order; ``ready()`` backs ``/readyz``; ``rest`` serves ``/v2/...`` (request
     bodies up to ``max_body_bytes``); ``status`` serves the status page ``/`` and its
-    document ``/status`` (:mod:`reactantserver.gateway._status`).
+    document ``/status`` (:mod:`reactantserver.gateway.views.status`).
     """
     targets = tuple(scrape_targets)
     timeout = aiohttp.ClientTimeout(total=timeout_seconds)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from reactantserver.core.protocol import control_pb2, grpc_service_pb2
-from reactantserver.gateway._merge import (
+from reactantserver.gateway.transport.merge import (
     is_same_namespace,
     merge_compact,
     merge_index,

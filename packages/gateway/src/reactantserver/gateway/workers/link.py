@@ -36,7 +36,7 @@ from google.protobuf.message import Message
 from reactantserver.core.lane import ADVERT_METADATA_KEY, Advert, parse_advert
 from reactantserver.core.protocol import MODEL_INFER, SERVER_READY
 from reactantserver.core.protocol import grpc_service_pb2 as pb
-from reactantserver.gateway._lane import LaneClient
+from reactantserver.gateway.workers.lane import LaneClient
 
 __all__ = [
     "COMPACT_MEMORY",
@@ -186,7 +186,7 @@ class WorkerLink:
     async def infer(self, body: bytes, *, timeout: float | None) -> bytes:
         """Forward a ``ModelInfer`` body: over the lane when open, else over gRPC.
 
-        Raises ``AioRpcError`` or :class:`~reactantserver.gateway._lane.LaneError`; both
+        Raises ``AioRpcError`` or :class:`~reactantserver.gateway.workers.lane.LaneError`; both
         have ``code()`` and ``details()``.
         """
         lane = self.lane

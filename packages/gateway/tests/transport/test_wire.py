@@ -12,8 +12,8 @@ from google.protobuf.message import DecodeError
 from reactantserver.core.codec import effective_deadline_ns, int_param
 from reactantserver.core.errors import InvalidArgumentError
 from reactantserver.core.protocol import grpc_service_pb2 as pb
-from reactantserver.gateway import _wire
-from reactantserver.gateway._wire import (
+from reactantserver.gateway.transport import wire as wire_module
+from reactantserver.gateway.transport.wire import (
     InferHeader,
     WireError,
     batch_units,
@@ -74,31 +74,31 @@ def typical_request() -> pb.ModelInferRequest:
 
 def test_field_numbers_match_the_generated_descriptors() -> None:
     req = Request.DESCRIPTOR.fields_by_name
-    assert req["model_name"].number == _wire._REQ_MODEL_NAME
-    assert req["model_version"].number == _wire._REQ_MODEL_VERSION
-    assert req["id"].number == _wire._REQ_ID
-    assert req["parameters"].number == _wire._REQ_PARAMETERS
-    assert req["inputs"].number == _wire._REQ_INPUTS
+    assert req["model_name"].number == wire_module._REQ_MODEL_NAME
+    assert req["model_version"].number == wire_module._REQ_MODEL_VERSION
+    assert req["id"].number == wire_module._REQ_ID
+    assert req["parameters"].number == wire_module._REQ_PARAMETERS
+    assert req["inputs"].number == wire_module._REQ_INPUTS
     entry_type = req["parameters"].message_type
     assert entry_type is not None
     entry = entry_type.fields_by_name
-    assert entry["key"].number == _wire._ENTRY_KEY
-    assert entry["value"].number == _wire._ENTRY_VALUE
+    assert entry["key"].number == wire_module._ENTRY_KEY
+    assert entry["value"].number == wire_module._ENTRY_VALUE
     tensor = Tensor.DESCRIPTOR.fields_by_name
-    assert tensor["name"].number == _wire._INPUT_NAME
-    assert tensor["shape"].number == _wire._INPUT_SHAPE
+    assert tensor["name"].number == wire_module._INPUT_NAME
+    assert tensor["shape"].number == wire_module._INPUT_SHAPE
     param = pb.InferParameter.DESCRIPTOR.fields_by_name
-    assert param["bool_param"].number == _wire._PARAM_BOOL
-    assert param["int64_param"].number == _wire._PARAM_INT64
-    assert param["string_param"].number == _wire._PARAM_STRING
-    assert param["double_param"].number == _wire._PARAM_DOUBLE
-    assert param["uint64_param"].number == _wire._PARAM_UINT64
+    assert param["bool_param"].number == wire_module._PARAM_BOOL
+    assert param["int64_param"].number == wire_module._PARAM_INT64
+    assert param["string_param"].number == wire_module._PARAM_STRING
+    assert param["double_param"].number == wire_module._PARAM_DOUBLE
+    assert param["uint64_param"].number == wire_module._PARAM_UINT64
     assert set(pb.InferParameter.DESCRIPTOR.oneofs_by_name["parameter_choice"].fields) == set(
         pb.InferParameter.DESCRIPTOR.fields
     )
     stream = pb.ModelStreamInferResponse.DESCRIPTOR.fields_by_name
-    assert stream["error_message"].number == _wire._STREAM_ERROR_MESSAGE
-    assert stream["infer_response"].number == _wire._STREAM_INFER_RESPONSE
+    assert stream["error_message"].number == wire_module._STREAM_ERROR_MESSAGE
+    assert stream["infer_response"].number == wire_module._STREAM_INFER_RESPONSE
     for message in (
         pb.SystemSharedMemoryRegisterRequest,
         pb.SystemSharedMemoryUnregisterRequest,

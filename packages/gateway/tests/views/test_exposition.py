@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from reactantserver.gateway._exposition import merge_expositions
+from reactantserver.gateway.views.exposition import merge_expositions
 
 WORKER0 = """\
 # HELP worker_requests_total Inference requests by final status.

@@ -19,12 +19,12 @@ import grpc
 from reactantserver.core.errors import ReactantError, status_of
 from reactantserver.core.protocol import control_pb2, control_pb2_grpc
 from reactantserver.core.serving import RpcRegistry
-from reactantserver.gateway._merge import merge_compact
-from reactantserver.gateway._proxy import ForwardError
-from reactantserver.gateway._service import fan_out
-from reactantserver.gateway._workers import COMPACT_MEMORY, WorkerLink, compact_deadline
 from reactantserver.gateway.config import GatewayConfig
 from reactantserver.gateway.policies.policy import Policy
+from reactantserver.gateway.transport.merge import merge_compact
+from reactantserver.gateway.transport.proxy import ForwardError
+from reactantserver.gateway.transport.service import fan_out
+from reactantserver.gateway.workers.link import COMPACT_MEMORY, WorkerLink, compact_deadline
 
 __all__ = ["SchedulingControl", "add_control_services"]
 

@@ -23,10 +23,8 @@ from typing import Any
 import attrs
 import grpc
 
-from reactantserver.gateway._discovery import Discovery
-from reactantserver.gateway._lane import LaneError
-from reactantserver.gateway._metrics import GatewayMetrics
-from reactantserver.gateway._wire import (
+from reactantserver.gateway.policies.policy import Policy
+from reactantserver.gateway.transport.wire import (
     InferHeader,
     WireError,
     batch_units,
@@ -35,8 +33,10 @@ from reactantserver.gateway._wire import (
     stream_error,
     stream_response,
 )
-from reactantserver.gateway._workers import WorkerLink
-from reactantserver.gateway.policies.policy import Policy
+from reactantserver.gateway.views.metrics import GatewayMetrics
+from reactantserver.gateway.workers.discovery import Discovery
+from reactantserver.gateway.workers.lane import LaneError
+from reactantserver.gateway.workers.link import WorkerLink
 
 __all__ = ["ForwardError", "Proxy", "ProxySettings"]
 

@@ -23,9 +23,9 @@ import pytest
 import uvloop
 
 from reactantserver.core.lane import REQUEST_HEADER, Advert, FrameReader, Kind, response_frame
-from reactantserver.gateway import _lane
-from reactantserver.gateway._lane import LaneClient, LaneError
-from reactantserver.gateway._workers import ChannelSettings, WorkerLink
+from reactantserver.gateway.workers import lane as lane_module
+from reactantserver.gateway.workers.lane import LaneClient, LaneError
+from reactantserver.gateway.workers.link import ChannelSettings, WorkerLink
 
 TOKEN = "0123456789abcdef"
 WAIT_S = 2.0
@@ -274,7 +274,7 @@ def test_wrong_token_or_refused_hello_raises_oserror(sockets: Path, hello_status
 
 
 def test_unreachable_socket_raises_oserror(sockets: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_lane, "CONNECT_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(lane_module, "CONNECT_TIMEOUT_S", 0.05)
     refusing = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     refusing.bind(str(sockets / "bound.sock"))  # bound, never listening
     mute = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

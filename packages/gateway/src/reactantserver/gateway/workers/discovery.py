@@ -28,8 +28,8 @@ from reactantserver.core.protocol import (
     control_pb2,
     grpc_service_pb2,
 )
-from reactantserver.gateway._workers import WorkerLink, call_message
 from reactantserver.gateway.policies.policy import Policy, Routes
+from reactantserver.gateway.workers.link import WorkerLink, call_message
 
 __all__ = ["PROBE_DEADLINE_S", "PROBE_WATCHDOG_S", "Discovery", "poll_status"]
 

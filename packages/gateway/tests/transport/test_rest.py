@@ -23,9 +23,9 @@ import tritonclient.http as httpclient
 from reactantserver.core.protocol import grpc_service_pb2 as pb
 from reactantserver.core.protocol import inference_service_handler
 from reactantserver.core.rest import RestCallError
-from reactantserver.gateway._rest import GatewayRestBackend
 from reactantserver.gateway.config import gateway_config_from_mapping
 from reactantserver.gateway.server import GatewayServer
+from reactantserver.gateway.transport.rest import GatewayRestBackend
 
 MODEL = "m"
 Array = np.ndarray[Any, Any]

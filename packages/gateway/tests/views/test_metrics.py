@@ -8,7 +8,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from reactantserver.gateway._metrics import (
+from reactantserver.gateway.views.metrics import (
     CONTENT_TYPE,
     LATENCY_BUCKETS,
     LPT_FAMILIES,

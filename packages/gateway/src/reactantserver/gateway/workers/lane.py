@@ -140,14 +140,17 @@ class LaneClient(asyncio.Protocol):
     # -- asyncio.Protocol -------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Keep the transport the lane writes calls to."""
         # uvloop's transports implement the interface without subclassing it.
         self._transport = cast(asyncio.Transport, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """Fail every call still waiting for an answer."""
         reason = f": {exc}" if exc is not None else ""
         self._fail_all(f"connection to worker {self.label} lost{reason}")
 
     def data_received(self, data: bytes) -> None:
+        """Resolve each call whose answer arrived complete in ``data``."""
         for fields, body in self._reader.feed(data):
             length, call_id, status = int(fields[0]), int(fields[1]), int(fields[2])
             future = self._pending.pop(call_id, None)

@@ -37,11 +37,11 @@ from reactantserver.core.protocol import (
     SYSTEM_SHARED_MEMORY_UNREGISTER,
 )
 from reactantserver.core.protocol import grpc_service_pb2 as pb
-from reactantserver.gateway._discovery import Discovery
-from reactantserver.gateway._merge import is_same_namespace, merge_index, merge_statistics
-from reactantserver.gateway._proxy import ForwardError, Proxy
-from reactantserver.gateway._wire import WireError, read_string_field
-from reactantserver.gateway._workers import WorkerLink
+from reactantserver.gateway.transport.merge import is_same_namespace, merge_index, merge_statistics
+from reactantserver.gateway.transport.proxy import ForwardError, Proxy
+from reactantserver.gateway.transport.wire import WireError, read_string_field
+from reactantserver.gateway.workers.discovery import Discovery
+from reactantserver.gateway.workers.link import WorkerLink
 
 __all__ = ["GatewayService", "fan_out"]
 

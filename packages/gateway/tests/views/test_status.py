@@ -16,13 +16,10 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from packages.gateway.tests._fake_workers import FakeWorkers, refused_port
 from reactantserver.core.protocol import control_pb2
 from reactantserver.core.rest.http_app import start_http
 from reactantserver.core.status import PAGE_CONTENT_TYPE, WorkerStatus
-from reactantserver.gateway._http import gateway_http_app
-from reactantserver.gateway._metrics import GatewayMetrics
-from reactantserver.gateway._status import StatusSource
-from reactantserver.gateway._workers import ChannelSettings, WorkerLink
 from reactantserver.gateway.config import (
     CompactionMode,
     GatewayConfig,
@@ -32,8 +29,10 @@ from reactantserver.gateway.config import (
 from reactantserver.gateway.policies.lpt.policy import LptPolicy
 from reactantserver.gateway.policies.modes import make_policy
 from reactantserver.gateway.policies.policy import Policy, RoundRobin, Routes
-
-from ._fake_workers import FakeWorkers, refused_port
+from reactantserver.gateway.transport.http import gateway_http_app
+from reactantserver.gateway.views.metrics import GatewayMetrics
+from reactantserver.gateway.views.status import StatusSource
+from reactantserver.gateway.workers.link import ChannelSettings, WorkerLink
 
 TIMEOUT = 0.3
 SETTINGS = ChannelSettings(
