@@ -265,9 +265,9 @@ def test_a_meta_loaded_at_start_up_is_adopted_not_reloaded(
             (META, exported.pipeline),
         )
     }
-    start_lifecycle(world.state, Booted(found, digester))
-    changes = world.state.lifecycle
-    assert changes is not None
+    runtime = world.state.runtime
+    assert runtime is not None
+    changes = start_lifecycle(world.state, runtime, Booted(found, digester)).lifecycle
     assert not changes.known[META].failed
     before = entry_of(world, META)
     changes.load_explicit(META)

@@ -170,10 +170,10 @@ def test_requests_count_by_status_with_latency_buckets() -> None:
     state = WorkerState(WorkerConfig(), version="0")
     state.registry.put(ready("plain"))
     metrics = WorkerMetrics(state, environ={})
-    assert state.observe_request == metrics.observe_request
-    state.observe_request("plain", grpc.StatusCode.OK, 0.0015, 0, 0)
-    state.observe_request("plain", grpc.StatusCode.OK, 0.020, 0, 0)
-    state.observe_request("plain", grpc.StatusCode.INVALID_ARGUMENT, 100.0, 0, 0)
+    assert metrics.observe_request == state.requests.observe
+    state.requests.observe("plain", grpc.StatusCode.OK, 0.0015, 0, 0)
+    state.requests.observe("plain", grpc.StatusCode.OK, 0.020, 0, 0)
+    state.requests.observe("plain", grpc.StatusCode.INVALID_ARGUMENT, 100.0, 0, 0)
     samples = scrape(metrics)
     assert value(samples, "worker_requests_total", model="plain", status="OK") == 2
     assert value(samples, "worker_requests_total", model="plain", status="INVALID_ARGUMENT") == 1
@@ -344,7 +344,7 @@ def test_scheduler_and_runtime_series_after_real_requests(live: WorkerState) -> 
         ]
         for request in requests:
             await runtime.dataplane.infer(request)
-            live.observe_request("plain", grpc.StatusCode.OK, 0.004, 0, 0)
+            live.requests.observe("plain", grpc.StatusCode.OK, 0.004, 0, 0)
 
     asyncio.run(serve())
     samples = scrape(metrics)
@@ -390,7 +390,7 @@ def test_unloaded_models_lose_their_per_model_series(live: WorkerState) -> None:
         model_name="plain", inputs=[NamedTensor("x", np.ones((1, 2), np.float32))]
     )
     asyncio.run(runtime.dataplane.infer(request))
-    live.observe_request("plain", grpc.StatusCode.OK, 0.001, 0, 0)
+    live.requests.observe("plain", grpc.StatusCode.OK, 0.001, 0, 0)
     live.registry.remove("plain")
     metrics.forget_model("plain")
     samples = scrape(metrics)

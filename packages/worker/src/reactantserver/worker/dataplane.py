@@ -32,7 +32,7 @@ from reactantserver.core.manifest import Manifest
 from reactantserver.core.types import InferRequest, InferResponse, OutputRequest
 from reactantserver.worker.hooks import run_in_pool, run_postprocess, run_preprocess
 from reactantserver.worker.meta import MetaRunner
-from reactantserver.worker.registry import ModelEntry, ModelRegistry
+from reactantserver.worker.registry import NOT_RESIDENT_REASON, ModelEntry, ModelRegistry
 from reactantserver.worker.scheduler.limits import InflightLimiter
 from reactantserver.worker.scheduler.scheduler import Scheduler
 from reactantserver.worker.validation import order_tensors
@@ -66,9 +66,13 @@ class DataPlane:
         *,
         limiter: InflightLimiter | None = None,
         metas: MetaRunner | None = None,
+        unavailable: Callable[[ModelEntry], str | None] = lambda entry: None,
         clock: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         self.registry = registry
+        #: Why a READY entry does not serve now (``None``: it does): the worker state's rule
+        #: (explicit mode's residency, a meta's sub-models).
+        self._unavailable = unavailable
         self.metas = metas
         self.scheduler = scheduler
         self.pool = pool
@@ -83,20 +87,23 @@ class DataPlane:
             counts = self._stats.get(name)
             return attrs.evolve(counts) if counts is not None else RequestStats()
 
-    async def infer(self, request: InferRequest, entry: ModelEntry | None = None) -> InferResponse:
+    async def infer(self, request: InferRequest) -> InferResponse:
         """Serve one request; raises a ``ReactantError`` subclass on any failure.
 
-        The in-flight cap is taken first (``RESOURCE_EXHAUSTED`` at once when full). ``entry``
-        is the registry's READY entry of the request's model when the caller resolved it
-        already (the gRPC handler does, to check residency); otherwise it is resolved here.
+        The request's model is resolved here, once on the request path: ``NOT_FOUND`` for an
+        unknown name or version, ``UNAVAILABLE`` for one that does not serve now. Then the
+        in-flight cap is taken (``RESOURCE_EXHAUSTED`` at once when full; the transports check
+        it before decoding too, so a full worker refuses cheaply).
         """
+        name = request.model_name
+        entry = self.registry.resolve(name, request.model_version)
+        reason = self._unavailable(entry)
+        if reason is not None:
+            raise ModelUnavailableError(f"model '{entry.name}' is {_unready(reason)}")
         with self.limiter.slot():
             started = self._clock()
-            name = request.model_name
             ok = False
             try:
-                if entry is None:
-                    entry = self.registry.resolve(name, request.model_version)
                 response = await self._infer(entry, request)
                 ok = True
                 return response
@@ -182,3 +189,10 @@ def _check_requested(manifest: Manifest, requested: Sequence[OutputRequest]) -> 
                 f"output '{output.name}' of model '{manifest.name}' is requested more than once"
             )
         seen.add(output.name)
+
+
+def _unready(reason: str) -> str:
+    """``not resident …`` reads as is; other reasons follow "unavailable: "."""
+    if reason == NOT_RESIDENT_REASON:
+        return "not resident (explicit mode); pin it first"
+    return reason if reason.startswith("not resident") else f"unavailable: {reason}"

@@ -1,11 +1,24 @@
-"""The worker process on one event loop: listeners first, models loading behind them.
+"""How a worker is put together: the one place that builds it, starts it and stops it.
 
-:class:`WorkerServer` opens the gRPC port (inference, health, reflection, control) and the
-HTTP port (``/metrics``, ``/healthz``, ``/readyz``), then runs :func:`boot` on a loader
-thread; until that finishes the worker is live but not ready (03 §Process start-up).
-:meth:`WorkerServer.shut_down` is the graceful SIGTERM path: health flips to ``NOT_SERVING``,
-new work is refused with ``UNAVAILABLE``, queued work drains for ``shutdown_grace_seconds``
-and whatever is left then fails with ``UNAVAILABLE``::
+:class:`WorkerServer` owns every collaborator and wires them explicitly:
+
+- :class:`~reactantserver.worker.state.WorkerState`: the registry, the in-flight limiter,
+  the request counters and the shared-memory registry, which every transport reads;
+- the transports (``transport/``): the native gRPC front with the inference service
+  (:class:`~reactantserver.worker.transport.inference.InferenceService`), health,
+  reflection and the control service; the forwarding lane; the HTTP port (``/metrics``,
+  ``/healthz``, ``/readyz``, ``/status``, ``/v2`` REST over the same inference service);
+- on the loader thread once the listeners are open: the runtime
+  (:func:`~reactantserver.worker.repository.boot.build_runtime`: backend, caches,
+  scheduler, data plane; set on the state here and nowhere else), the start-up models
+  (:func:`~reactantserver.worker.repository.boot.boot`) and the repository control
+  (:func:`~reactantserver.worker.repository.watcher.start_lifecycle`: lifecycle and, in
+  ``dynamic`` mode, the watcher), which the inference service asks for model control.
+
+Until start-up finishes the worker is live but not ready. :meth:`WorkerServer.shut_down` is
+the graceful SIGTERM path: health flips to ``NOT_SERVING``, new work is refused with
+``UNAVAILABLE``, queued work drains for ``shutdown_grace_seconds`` and whatever is left then
+fails with ``UNAVAILABLE``::
 
     server = WorkerServer(config, version="0.1.0")
     await server.start()
@@ -39,8 +52,8 @@ from reactantserver.core.serving import (
     enable_reflection,
     front_tls,
 )
-from reactantserver.worker.repository.boot import boot
-from reactantserver.worker.repository.watcher import start_lifecycle
+from reactantserver.worker.repository.boot import boot, build_runtime
+from reactantserver.worker.repository.watcher import RepositoryControl, start_lifecycle
 from reactantserver.worker.state import WorkerState
 from reactantserver.worker.transport.control import add_control_service
 from reactantserver.worker.transport.http import http_app
@@ -74,6 +87,8 @@ class WorkerServer:
         self._booted: asyncio.Future[None] | None = None
         self._stopped = False
         self.lane: LaneServer | None = None
+        #: The lifecycle (and dynamic mode's watcher) once start-up is done.
+        self.repository: RepositoryControl | None = None
 
     async def start(self) -> None:
         """Open both listeners and start loading models on the loader thread."""
@@ -85,7 +100,7 @@ class WorkerServer:
             runtime_threads=config.endpoints.front_threads,
             log_format=config.logging.format.value,
         )
-        service = InferenceService(self.state)
+        service = InferenceService(self.state, repository=lambda: self.repository)
         server.add_generic_rpc_handlers([inference_service_handler(service.handlers())])
         server.set_gate(MODEL_INFER, self.state.limiter.refusal)
         self.health.add_to(server)
@@ -105,7 +120,7 @@ class WorkerServer:
         await self.health.start()
         if config.endpoints.metrics_port:
             self._http = await start_http(
-                http_app(self.state, self.metrics),
+                http_app(self.state, self.metrics, service),
                 config.endpoints.host,
                 config.endpoints.metrics_port,
             )
@@ -148,8 +163,10 @@ class WorkerServer:
         def run() -> None:
             error: BaseException | None = None
             try:
-                booted = boot(self.state)
-                start_lifecycle(self.state, booted)
+                runtime = build_runtime(self.state)
+                self.state.runtime = runtime
+                booted = boot(self.state, runtime)
+                self.repository = start_lifecycle(self.state, runtime, booted)
             except BaseException as exc:
                 error = exc
             # The server may have shut down and its loop closed during a long first compile:
@@ -177,8 +194,9 @@ class WorkerServer:
         grace = self.config.shutdown_grace_seconds
         _log.info("shutdown: health NOT_SERVING, draining for up to %.1f s", grace)
         await self.health.shut_down()
-        if state.watcher is not None:
-            await asyncio.to_thread(state.watcher.stop, 1.0)
+        watcher = None if self.repository is None else self.repository.watcher
+        if watcher is not None:
+            await asyncio.to_thread(watcher.stop, 1.0)
         waits: list[Any] = []
         runtime = state.runtime
         if runtime is not None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import attrs
 import grpc
@@ -38,10 +37,7 @@ from reactantserver.worker.runtime.executable_cache import ExecutableCache
 from reactantserver.worker.runtime.residency import Residency
 from reactantserver.worker.runtime.weight_cache import WeightCache
 from reactantserver.worker.scheduler import InflightLimiter, Scheduler
-
-if TYPE_CHECKING:
-    from reactantserver.worker.repository.lifecycle import ModelLifecycle
-    from reactantserver.worker.repository.watcher import RepositoryWatcher
+from reactantserver.worker.views._request_series import RequestCounters
 
 __all__ = ["ModelLoadRecord", "RequestObserver", "Runtime", "WorkerState"]
 
@@ -50,14 +46,6 @@ RequestObserver = Callable[[str, grpc.StatusCode, float, int, int], None]
 """Called once per finished inference request: ``(model, final status, handler seconds,
 decode ns, encode ns)``, the last two the event-loop thread's CPU (``time.thread_time_ns``) in
 ``codec.decode_request`` and ``codec.encode_response`` (0 for a stage it did not reach)."""
-
-
-def _ignore(model: str, status: grpc.StatusCode, seconds: float, decode: int, encode: int) -> None:
-    del model, status, seconds, decode, encode
-
-
-def _ignore_name(model: str) -> None:
-    del model
 
 
 @attrs.define(eq=False)
@@ -104,15 +92,10 @@ class WorkerState:
     stopping: bool = False
     """Shutdown began: health is ``NOT_SERVING`` and new inference is refused."""
     loads: dict[str, ModelLoadRecord] = attrs.Factory(dict)
-    observe_request: RequestObserver = _ignore
-    """Replaced by the metrics so each finished request is counted once (with the decode and
-    encode stages of ``worker_stage_cpu_seconds``)."""
-    forget_model: Callable[[str], None] = _ignore_name
-    """Called when a model name leaves (unload, rename); the metrics drop its series."""
-    lifecycle: ModelLifecycle | None = None
-    """Loads, reloads, unloads and renames models once start-up is done."""
-    watcher: RepositoryWatcher | None = None
-    """The repository watcher (``dynamic`` mode), once booted."""
+    requests: RequestCounters = attrs.field()
+    """Every finished inference request, counted once by the transport that answered it
+    (``observe``; with the decode and encode stages of ``worker_stage_cpu_seconds``); a model
+    name that leaves (unload, rename) drops its series (``forget``). ``/metrics`` reads them."""
     meta_floors: dict[str, Residency] = attrs.Factory(dict)
     """The residency last set on each meta with ``SetModelResidency`` (07 §Visibility)."""
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
@@ -124,6 +107,11 @@ class WorkerState:
     @limiter.default
     def _limiter(self) -> InflightLimiter:
         return InflightLimiter(self.config.endpoints.max_concurrent_requests)
+
+    @requests.default
+    def _requests(self) -> RequestCounters:
+        # Only names the registry holds get series: clients cannot mint label values.
+        return RequestCounters(lambda name: self.registry.get(name) is not None)
 
     # -- readiness -------------------------------------------------------------------------
 

@@ -69,9 +69,10 @@ class RestCallError(Exception):
 class RestContext:
     """The servicer-context adapter a REST call hands to a gRPC handler.
 
-    An adapter, not a mock: the handlers only ever ``await context.abort(code, details)`` and
-    read ``context.time_remaining()``, and over REST an abort is a :class:`RestCallError`
-    (which ``handle_rest`` turns into the HTTP status) and the budget is the request's own.
+    An adapter, not a mock: the handlers only ever ``await context.abort(code, details)``,
+    read ``context.time_remaining()`` and may send initial metadata; over REST an abort is a
+    :class:`RestCallError` (which ``handle_rest`` turns into the HTTP status), the budget is
+    the request's own, and gRPC metadata has no REST form (it is dropped).
     """
 
     def __init__(self, time_remaining: float | None) -> None:
@@ -86,6 +87,10 @@ class RestContext:
     async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn:
         """End the call with ``code``: raises :class:`RestCallError`."""
         raise RestCallError(code, details)
+
+    async def send_initial_metadata(self, metadata: object) -> None:
+        """Nothing to send: gRPC metadata (the forwarding lane's advert) is not part of REST."""
+        del metadata
 
 
 class RestBackend(Protocol):

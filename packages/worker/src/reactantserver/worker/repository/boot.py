@@ -5,7 +5,9 @@ listed ``LOADING`` first, then each bundle is parsed, its ``model.py`` imported 
 modules compiled; the weight cache admits the weights, the probe sizes the on-demand budget
 and warms every compiled size, and only then do the models turn ``READY``::
 
-    boot(state)            # blocking; raises BackendStartError when no device can be used
+    runtime = build_runtime(state)   # raises BackendStartError when no device can be used
+    state.runtime = runtime          # by the worker server, which assembles the worker
+    booted = boot(state, runtime)    # blocking
 """
 
 from __future__ import annotations
@@ -102,7 +104,14 @@ def build_runtime(state: WorkerState) -> Runtime:
         executables=executables,
         store=_weight_store(config),
         scheduler=scheduler,
-        dataplane=DataPlane(state.registry, scheduler, pool, limiter=state.limiter, metas=metas),
+        dataplane=DataPlane(
+            state.registry,
+            scheduler,
+            pool,
+            limiter=state.limiter,
+            metas=metas,
+            unavailable=state.unavailable_reason,
+        ),
         pool=pool,
         policy=policy,
         metas=metas,
@@ -340,15 +349,14 @@ class Booted:
     digester: BundleDigester
 
 
-def boot(state: WorkerState) -> Booted:
-    """Steps 3-9: backend, scan, compile, probe/warm-up, dispatch thread, then ready.
+def boot(state: WorkerState, runtime: Runtime) -> Booted:
+    """Steps 4-9 on ``runtime`` (:func:`build_runtime`'s): scan, compile, probe/warm-up,
+    dispatch thread, then ready.
 
     A bundle that fails is ``UNAVAILABLE`` with the reason and does not stop the others.
     Each bundle is digested before it compiles, so a change made while it compiles is seen
     by the watcher's first poll.
     """
-    runtime = build_runtime(state)
-    state.runtime = runtime
     config = state.config
     found = scan_model_dirs([Path(d) for d in config.model_dirs], include=config.models_include)
     for name, reason in found.conflicts.items():

@@ -313,7 +313,7 @@ class ModelLifecycle:
             if (gone := self.known.pop(name, None)) is not None:
                 self.digester.forget(gone.path)
             state.forget_load(name)
-            state.forget_model(name)
+            state.requests.forget(name)
             _log.info("model unloaded model=%s", name)
 
     # -- rename in place -------------------------------------------------------------------
@@ -344,7 +344,7 @@ class ModelLifecycle:
                 self.digester.forget(gone.path)
             self.known[new] = Known(seen.path, seen.identity, seen.digest)
             state.rename_load(old, new)
-            state.forget_model(old)
+            state.requests.forget(old)
             _log.info("model renamed in place model=%s new_name=%s", old, new)
 
     def _rename(self, old: str, new: str, renamed: ModelEntry) -> None:

@@ -21,6 +21,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import attrs
+
 from reactantserver.core.config import ModelControlMode
 from reactantserver.core.errors import ModelNotFoundError, status_message
 from reactantserver.worker.repository.boot import Booted
@@ -35,9 +37,9 @@ from reactantserver.worker.repository.reconcile import (
     Unload,
 )
 from reactantserver.worker.repository.scan import observe, scan_model_dirs
-from reactantserver.worker.state import WorkerState
+from reactantserver.worker.state import Runtime, WorkerState
 
-__all__ = ["RepositoryWatcher", "start_lifecycle"]
+__all__ = ["RepositoryControl", "RepositoryWatcher", "start_lifecycle"]
 
 _log = logging.getLogger("reactantserver.worker.watcher")
 
@@ -159,10 +161,18 @@ class RepositoryWatcher:
                 _log.warning("watcher action %s failed: %s", action, status_message(exc))
 
 
-def start_lifecycle(state: WorkerState, booted: Booted) -> None:
+@attrs.frozen
+class RepositoryControl:
+    """What changes the served models once start-up is done (the worker server holds it)."""
+
+    lifecycle: ModelLifecycle
+    """Loads, reloads, unloads and renames models."""
+    watcher: RepositoryWatcher | None
+    """The repository watcher in ``dynamic`` mode (started), else ``None``."""
+
+
+def start_lifecycle(state: WorkerState, runtime: Runtime, booted: Booted) -> RepositoryControl:
     """After start-up: hand the models to a lifecycle and, in ``dynamic`` mode, start watching."""
-    runtime = state.runtime
-    assert runtime is not None
     lifecycle = ModelLifecycle(state, runtime)
     lifecycle.digester = booted.digester
     for name, seen in booted.seen.items():
@@ -171,8 +181,8 @@ def start_lifecycle(state: WorkerState, booted: Booted) -> None:
             lifecycle.adopt(entry, seen)
         else:
             lifecycle.note_failed(name, seen)
-    state.lifecycle = lifecycle
+    watcher = None
     if state.config.model_control_mode is ModelControlMode.DYNAMIC:
         watcher = RepositoryWatcher(state, lifecycle, seed=booted.seen)
-        state.watcher = watcher
         watcher.start()
+    return RepositoryControl(lifecycle, watcher)

@@ -39,7 +39,9 @@ async def _not_found(request: web.Request, handler: _Handler) -> web.StreamRespo
         raise web.HTTPNotFound() from None
 
 
-def http_app(state: WorkerState, metrics: WorkerMetrics) -> web.Application:
+def http_app(
+    state: WorkerState, metrics: WorkerMetrics, service: InferenceService | None = None
+) -> web.Application:
     """The worker's aiohttp application (``GET``/``HEAD`` on the three paths, ``/v2`` REST).
 
     A request body may be as large as a gRPC message (``grpc.max_recv_msg_bytes``).
@@ -63,5 +65,5 @@ def http_app(state: WorkerState, metrics: WorkerMetrics) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     add_status_routes(app, state)
-    add_rest_route(app, WorkerRestBackend(InferenceService(state)))
+    add_rest_route(app, WorkerRestBackend(service or InferenceService(state)))
     return app

@@ -34,8 +34,9 @@ from reactantserver.core.protocol import SERVER_EXTENSIONS, SERVER_NAME
 from reactantserver.core.protocol import grpc_service_pb2 as pb
 from reactantserver.core.types import InferRequest
 from reactantserver.worker.dataplane import RequestStats
-from reactantserver.worker.registry import NOT_RESIDENT_REASON, ModelEntry, ModelState
+from reactantserver.worker.registry import ModelEntry, ModelState
 from reactantserver.worker.repository import groups
+from reactantserver.worker.repository.watcher import RepositoryControl
 from reactantserver.worker.state import Runtime, WorkerState
 from reactantserver.worker.views import model_info
 
@@ -73,8 +74,15 @@ def log_failure(model: str, request_id: str, code: grpc.StatusCode, message: str
 class InferenceService:
     """Every RPC of the inference service, bound to one :class:`WorkerState`."""
 
-    def __init__(self, state: WorkerState) -> None:
+    def __init__(
+        self,
+        state: WorkerState,
+        *,
+        repository: Callable[[], RepositoryControl | None] = lambda: None,
+    ) -> None:
         self.state = state
+        #: The repository's lifecycle once start-up is done (``RepositoryModelLoad``/``Unload``).
+        self._repository = repository
         #: The forwarding lane's advert, sent with ``ServerReady`` (None: no lane).
         self.lane_advert: str | None = None
 
@@ -232,7 +240,9 @@ class InferenceService:
                 ),
             )
         name = request.model_name
-        lifecycle, watcher = self.state.lifecycle, self.state.watcher
+        control = self._repository()
+        lifecycle = None if control is None else control.lifecycle
+        watcher = None if control is None else control.watcher
         if self.state.stopping:
             await _abort(context, ShuttingDownError(f"server is shutting down; '{name}' untouched"))
         if lifecycle is None:
@@ -341,13 +351,7 @@ class InferenceService:
                 grpc_time_remaining=time_remaining,
             )
             decode_ns = time.thread_time_ns() - clock
-            entry = self.state.registry.resolve(request.model_name, request.model_version)
-            reason = self.state.unavailable_reason(entry)
-            if reason is not None:
-                if reason == NOT_RESIDENT_REASON:
-                    reason = "not resident (explicit mode); pin it first"
-                raise ModelUnavailableError(f"model '{entry.name}' is {_unready(reason)}")
-            response = await runtime.dataplane.infer(request, entry)
+            response = await runtime.dataplane.infer(request)
             clock = time.thread_time_ns()
             answer = codec.encode_response(
                 response, requested=request.outputs, registry=self.state.shm
@@ -370,7 +374,7 @@ class InferenceService:
         finally:
             if request is not None:
                 request.release()
-            self.state.observe_request(
+            self.state.requests.observe(
                 message.model_name, code, time.perf_counter() - started, decode_ns, encode_ns
             )
 
@@ -428,11 +432,6 @@ def _unsupported_parameters(request: Any) -> str | None:
         f"request parameters are not supported by {rpc} (got: {', '.join(names)}); "
         "the bundle directory is the only source of a model"
     )
-
-
-def _unready(reason: str) -> str:
-    """``not resident …`` reads as is; other reasons follow "unavailable: "."""
-    return reason if reason.startswith("not resident") else f"unavailable: {reason}"
 
 
 async def _abort(context: Any, exc: ReactantError) -> None:

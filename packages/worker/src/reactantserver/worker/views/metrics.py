@@ -1,11 +1,11 @@
 """The worker's Prometheus metrics: every series of 12 §Metrics/Worker, rendered for ``/metrics``.
 
-Request outcomes are counted as they happen (:meth:`WorkerMetrics.observe_request`, installed as
-``state.observe_request``); everything else is read from the :class:`WorkerState` at scrape
-time. Every sample carries ``worker="<name>"`` (``config.worker_name``, else ``"worker"``) and,
-on CUDA, ``gpu="<selector>"``::
+Request outcomes are counted as they happen, in ``state.requests`` (the transports call its
+``observe``); everything, those counters included, is read from the :class:`WorkerState` at
+scrape time. Every sample carries ``worker="<name>"`` (``config.worker_name``, else
+``"worker"``) and, on CUDA, ``gpu="<selector>"``::
 
-    metrics = WorkerMetrics(state)      # installs itself as state.observe_request
+    metrics = WorkerMetrics(state)
     body = metrics.render()             # served with CONTENT_TYPE
     metrics.forget_model("resnet")      # after the registry dropped an unloaded model
 
@@ -49,7 +49,7 @@ from reactantserver.worker.views._metrics_collect import (
     backend_platform,
     worker_label,
 )
-from reactantserver.worker.views._request_series import LATENCY_BUCKETS, RequestCounters
+from reactantserver.worker.views._request_series import LATENCY_BUCKETS
 
 __all__ = [
     "CONTENT_TYPE",
@@ -128,7 +128,7 @@ class WorkerMetrics:
         self._gpu = gpu_selector(
             env.get("CUDA_VISIBLE_DEVICES"), state.config.runtime.device_ordinal
         )
-        self._counters = RequestCounters(lambda name: state.registry.get(name) is not None)
+        self._counters = state.requests
         #: Counts one finished inference request (a :data:`RequestObserver`): its status, its
         #: handler seconds and its decode and encode CPU.
         self.observe_request: RequestObserver = self._counters.observe
@@ -138,8 +138,6 @@ class WorkerMetrics:
         ProcessCollector(registry=self.registry)
         GCCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
-        state.observe_request = self.observe_request
-        state.forget_model = self.forget_model
 
     def _constant_labels(self) -> dict[str, str]:
         labels = {"worker": worker_label(self._state)}
