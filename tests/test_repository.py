@@ -194,3 +194,12 @@ def test_the_import_wall_check_sees_an_offender() -> None:
         "reactantserver.worker.runtime._cpu_arena.CpuArena",
     ]
     assert not [m for _, m in _imported_modules(tree) if _private_of_another(m, "worker")]
+
+
+def test_the_licence_file_matches_the_declared_licence() -> None:
+    """LICENSE holds the Apache License 2.0 text that every distribution declares."""
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert text.lstrip().startswith("Apache License")
+    assert "Version 2.0, January 2004" in text
+    for package in PACKAGES:
+        assert _meta(package)["license"] == "Apache-2.0", package
