@@ -34,6 +34,27 @@ def test_json_lines_are_one_object_with_the_named_fields() -> None:
     assert data["ts"].endswith("Z")
 
 
+def test_json_lines_carry_the_model_and_request_id_a_record_names() -> None:
+    logger = logging.getLogger("reactantserver.test.fields")
+    lines: list[str] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(JsonFormatter().format(record))
+
+    handler = Capture()
+    logger.addHandler(handler)
+    try:
+        logger.warning("request failed", extra={"model": "mlp", "request_id": "r-7"})
+        logger.warning("no request here")
+    finally:
+        logger.removeHandler(handler)
+    about, plain = (json.loads(line) for line in lines)
+    assert about["model"] == "mlp"
+    assert about["request_id"] == "r-7"
+    assert set(plain) == {"ts", "level", "logger", "msg"}
+
+
 def test_exceptions_travel_with_the_record() -> None:
     try:
         raise ValueError("boom")

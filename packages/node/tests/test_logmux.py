@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import subprocess
 import sys
 import threading
 
-from reactantserver.node._logmux import MAX_LINE_BYTES, LogMux
+from reactantserver.node._logmux import (
+    MAX_LINE_BYTES,
+    NODE_LOGGER,
+    SUPERVISOR_NAME,
+    LogMux,
+    json_line,
+)
 
 
 async def _pump_program(program: str, name: str = "child") -> bytes:
@@ -101,3 +108,62 @@ def test_a_closed_output_does_not_raise() -> None:
     mux = LogMux(out)
     out.close()
     mux.supervisor("nobody listens")
+
+
+def _json_records(program: str, name: str) -> list[dict[str, object]]:
+    out = io.BytesIO()
+    mux = LogMux(out, json_lines=True)
+
+    async def pump() -> None:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            program,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        await asyncio.gather(mux.pump(name, proc.stdout), mux.pump(name, proc.stderr))
+        assert await proc.wait() == 0
+
+    asyncio.run(pump())
+    mux.supervisor("all children exited")
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def test_json_logs_stay_json_lines_with_the_process_as_a_field() -> None:
+    program = (
+        "import json, sys\n"
+        "print(json.dumps({'ts': 't', 'level': 'WARNING', 'logger': 'reactantserver.worker',"
+        " 'msg': 'request failed', 'model': 'mlp'}), file=sys.stderr, flush=True)\n"
+        "print('Traceback (most recent call last): \\u00e9', flush=True)\n"
+    )
+    records = _json_records(program, "worker0")
+    assert len(records) == 3
+    child_record = next(r for r in records if r.get("logger") == "reactantserver.worker")
+    assert child_record == {
+        "ts": "t",
+        "level": "WARNING",
+        "logger": "reactantserver.worker",
+        "msg": "request failed",
+        "model": "mlp",
+        "process": "worker0",
+    }
+    stray = next(r for r in records if str(r.get("msg", "")).startswith("Traceback"))
+    assert stray["process"] == "worker0"
+    assert stray["logger"] == NODE_LOGGER
+    assert stray["msg"] == "Traceback (most recent call last): \u00e9"
+    assert {"ts", "level"} <= stray.keys()
+    own = records[-1]
+    assert own["process"] == SUPERVISOR_NAME
+    assert own["msg"] == "all children exited"
+
+
+def test_json_line_keeps_a_childs_own_process_field_and_wraps_non_objects() -> None:
+    kept = json.loads(json_line("worker1", b'{"msg": "x", "process": "gateway"}'))
+    assert kept == {"msg": "x", "process": "gateway"}
+    wrapped = json.loads(json_line("worker1", b"[1, 2]"))
+    assert wrapped["msg"] == "[1, 2]"
+    assert wrapped["process"] == "worker1"

@@ -1,7 +1,9 @@
 """Process logging from ``logging.level`` and ``logging.format`` (12 §Logs), any process.
 
 ``text``: ``<ISO time> <LEVEL> <logger> <message>``; ``json``: one object per line with
-``ts`` (UTC RFC 3339), ``level``, ``logger`` and ``msg`` (plus ``exc`` when there is one).
+``ts`` (UTC RFC 3339), ``level``, ``logger`` and ``msg``, plus ``exc`` when there is one and
+``model`` / ``request_id`` when the record is about a request (``extra=`` of the call, see
+:data:`RECORD_FIELDS`).
 Loading the configuration logs (overrides, risky settings) before the format is known, so a
 process holds those records and replays them once logging is configured::
 
@@ -25,6 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from reactantserver.core.config import LogFormat, LoggingConfig
 
 __all__ = [
+    "RECORD_FIELDS",
     "SUPERVISOR_PID_VARIABLE",
     "HeldRecords",
     "JsonFormatter",
@@ -58,8 +61,14 @@ class TextFormatter(logging.Formatter):
         return line
 
 
+#: Attributes a record may carry (``logger.warning(..., extra={"model": name})``) that the
+#: JSON format writes as fields of their own, so log queries can filter on them.
+RECORD_FIELDS = ("model", "request_id")
+
+
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ``ts``, ``level``, ``logger``, ``msg`` (and ``exc``)."""
+    """One JSON object per line: ``ts``, ``level``, ``logger``, ``msg`` (``exc``, ``model``,
+    ``request_id`` where the record has them)."""
 
     def format(self, record: logging.LogRecord) -> str:
         """The record as a single-line JSON object."""
@@ -69,6 +78,10 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        for field in RECORD_FIELDS:
+            value = getattr(record, field, None)
+            if value:
+                data[field] = str(value)
         if record.exc_info:
             data["exc"] = self.formatException(record.exc_info)
         return json.dumps(data)

@@ -18,7 +18,12 @@ from typing import Final
 
 import yaml
 
-from reactantserver.core.config import DEFAULT_NODE_FILE, NODE_FILE_VARIABLE, load_node_config
+from reactantserver.core.config import (
+    DEFAULT_NODE_FILE,
+    NODE_FILE_VARIABLE,
+    env_override_variables,
+    load_node_config,
+)
 from reactantserver.core.errors import ConfigError
 from reactantserver.node import __version__
 from reactantserver.node._health import healthcheck, readiness_urls
@@ -69,8 +74,22 @@ def _plan(args: argparse.Namespace, env: Mapping[str, str], *, write: bool) -> N
     return plan_node(node, env, write=write)
 
 
-def _supervise(plan: NodePlan) -> int:
-    mux = LogMux(sys.stdout.buffer)
+#: The environment variable of ``logging.format`` (the one the children read too).
+LOGGING_FORMAT_VARIABLE: Final = next(
+    name for name, key in env_override_variables().items() if key == "logging.format"
+)
+
+
+def _json_logs(plan: NodePlan, env: Mapping[str, str]) -> bool:
+    """Whether the children log JSON: ``INFERENCE_SERVER_LOGGING_FORMAT``, else ``global:``."""
+    logging_block = plan.node.global_settings.get("logging")
+    configured = logging_block.get("format") if isinstance(logging_block, Mapping) else None
+    chosen = env.get(LOGGING_FORMAT_VARIABLE, "").strip() or configured or "text"
+    return str(chosen).lower() == "json"
+
+
+def _supervise(plan: NodePlan, env: Mapping[str, str]) -> int:
+    mux = LogMux(sys.stdout.buffer, json_lines=_json_logs(plan, env))
     supervisor = Supervisor(
         plan.children, plan.node.supervisor, mux, role=plan.node.role.value, notes=plan.notes
     )
@@ -102,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         for failure in failures:
             print(f"{_PROG}: not healthy: {failure}", file=sys.stderr)
         return 1 if failures else 0
-    return _supervise(plan)
+    return _supervise(plan, env)
 
 
 if __name__ == "__main__":

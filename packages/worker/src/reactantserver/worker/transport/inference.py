@@ -68,6 +68,7 @@ def log_failure(model: str, request_id: str, code: grpc.StatusCode, message: str
         request_id,
         code.name,
         message,
+        extra={"model": model, "request_id": request_id},
     )
 
 
