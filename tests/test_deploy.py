@@ -15,6 +15,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -231,6 +232,41 @@ def test_image_copies_exist_and_are_in_the_context(dockerfile: str) -> None:
         assert not dockerignore_excludes(patterns, path.relative_to(ROOT).as_posix()), path
     for unwanted in (".venv/bin/python", "build/node.yaml", ".git/HEAD", "tests/test_deploy.py"):
         assert dockerignore_excludes(patterns, unwanted)
+
+
+CONSTRAINTS = ROOT / "requirements" / "constraints.txt"
+
+
+def _pins() -> dict[str, str]:
+    lines = CONSTRAINTS.read_text().splitlines()
+    pairs = [line.split("==") for line in lines if line.strip() and not line.startswith("#")]
+    return {name.strip().lower(): version.strip() for name, version in pairs}
+
+
+@pytest.mark.parametrize("dockerfile", sorted(IMAGES))
+def test_image_builds_with_the_constraints_ci_tests(dockerfile: str) -> None:
+    build = stages(parse_dockerfile((DOCKER / dockerfile).read_text()))[0]
+    copies = [i.words() for i in build if i.keyword == "COPY"]
+    assert ["requirements/constraints.txt", "constraints.txt"] in copies
+    wheel = [i for i in build if i.keyword == "RUN" and "pip wheel" in i.rest]
+    assert len(wheel) == 1
+    assert "--constraint constraints.txt" in wheel[0].rest
+
+
+def test_constraints_pin_every_runtime_dependency_of_the_distributions() -> None:
+    pins = _pins()
+    assert all(re.fullmatch(r"[0-9][0-9A-Za-z.+-]*", v) for v in pins.values()), pins
+    for pyproject in sorted((ROOT / "packages").glob("*/pyproject.toml")):
+        project = tomllib.loads(pyproject.read_text())["project"]
+        wanted = list(project["dependencies"])
+        if pyproject.parent.name == "core":
+            wanted += project["optional-dependencies"]["server"]
+        for requirement in wanted:
+            name = re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower()
+            if not name.startswith("reactantserver-"):
+                assert name in pins, (
+                    f"{pyproject.parent.name} needs {name}: pin it in {CONSTRAINTS}"
+                )
 
 
 def kserve_node_text(dockerfile: str) -> tuple[str, str]:
