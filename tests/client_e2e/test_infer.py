@@ -82,7 +82,7 @@ def test_output_subsets_priority_and_parameters(
     a, b = (t[1] for t in example_inputs("two_io", N, seed=2))
     want_sum, want_dot = two_io_reference(weights["two_io"], a, b)
     inputs = [rc.InferInput("a", a), rc.InferInput("b", b)]
-    with rc.KServeModel(f"http://{worker.url}", "two_io") as model:
+    with rc.KServeModel(f"grpc://{worker.url}", "two_io") as model:
         only_dot = rc.infer_sync(model, inputs, outputs=["dot"], priority=1, request_id="d")
         assert only_dot is not None
         assert [o.name for o in only_dot.outputs] == ["dot"]

@@ -92,7 +92,7 @@ def test_shared_memory_modes(mode: Any) -> None:
 
 
 def test_tls_without_material_is_fine() -> None:
-    with KServeModel("https://example.com:443", "m") as model:
+    with KServeModel("grpcs://example.com:443", "m") as model:
         assert model.key.target.tls
         assert model.key.root_certificates is None
 
@@ -122,7 +122,7 @@ def test_bad_arguments(kwargs: dict[str, Any], match: str) -> None:
         KServeModel(URL, "m", **kwargs)
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.1:1", "127.0.0.1:1"])
+@pytest.mark.parametrize("url", ["grpc://127.0.0.1:1", "127.0.0.1:1"])
 def test_tls_material_needs_a_tls_url(url: str) -> None:
     with pytest.raises(ValueError, match="grpcs://"):
         KServeModel(url, "m", root_certificates=b"roots")

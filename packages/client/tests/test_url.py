@@ -11,15 +11,13 @@ from reactantserver.client import Target, parse_url
     ("url", "expected"),
     [
         ("grpc://127.0.0.1:8001", Target("127.0.0.1", 8001, tls=False)),
-        ("http://localhost:8001", Target("localhost", 8001, tls=False)),
         ("grpcs://example.com:443", Target("example.com", 443, tls=True)),
-        ("https://example.com:8443", Target("example.com", 8443, tls=True)),
         ("localhost:8001", Target("localhost", 8001, tls=False)),
         ("127.0.0.1:1", Target("127.0.0.1", 1, tls=False)),
         ("host:65535", Target("host", 65535, tls=False)),
         # Host lower-cased, whatever the scheme.
         ("grpc://Inference.Example.COM:8001", Target("inference.example.com", 8001, tls=False)),
-        ("https://GPU-Box:443", Target("gpu-box", 443, tls=True)),
+        ("grpcs://GPU-Box:443", Target("gpu-box", 443, tls=True)),
         ("LocalHost:8001", Target("localhost", 8001, tls=False)),
         # IPv6 hosts in brackets; the brackets are not part of the host.
         ("[::1]:8001", Target("::1", 8001, tls=False)),
@@ -27,7 +25,7 @@ from reactantserver.client import Target, parse_url
         ("grpcs://[FE80::1]:443", Target("fe80::1", 443, tls=True)),
         # A trailing slash is allowed.
         ("grpc://127.0.0.1:8001/", Target("127.0.0.1", 8001, tls=False)),
-        ("https://example.com:443/", Target("example.com", 443, tls=True)),
+        ("grpcs://example.com:443/", Target("example.com", 443, tls=True)),
         ("localhost:8001/", Target("localhost", 8001, tls=False)),
         ("grpc://[::1]:8001/", Target("::1", 8001, tls=False)),
     ],
@@ -59,7 +57,7 @@ def test_address_is_what_grpc_dials(url: str, address: str) -> None:
         "host",
         "grpc://host",
         "grpc://host:",
-        "https://example.com/",
+        "grpcs://example.com/",
         "[::1]",
         "grpc://[::1]",
         # Non-numeric port.
@@ -105,3 +103,19 @@ def test_rejected_superscript_port() -> None:
 def test_message_names_the_url() -> None:
     with pytest.raises(ValueError, match="ftp://host:8001"):
         parse_url("ftp://host:8001")
+
+
+@pytest.mark.parametrize(
+    ("url", "instead"),
+    [
+        ("http://localhost:8001", "grpc://"),
+        ("HTTPS://example.com:8443", "grpcs://"),
+        ("http://[::1]:8000/", "grpc://"),
+    ],
+)
+def test_http_urls_are_refused_with_the_grpc_scheme_to_use(url: str, instead: str) -> None:
+    with pytest.raises(ValueError, match="invalid gRPC URL") as refused:
+        parse_url(url)
+    message = str(refused.value)
+    assert "REST" in message
+    assert f"use {instead}host:port" in message

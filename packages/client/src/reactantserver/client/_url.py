@@ -1,4 +1,4 @@
-"""Where a client connects: ``grpc://``, ``grpcs://``, ``http(s)://`` or bare ``host:port``."""
+"""Where a client connects: ``grpc://``, ``grpcs://`` or a bare ``host:port``."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ import attrs
 
 __all__ = ["Target", "parse_url"]
 
-_PLAIN_SCHEMES = ("grpc", "http")
-_TLS_SCHEMES = ("grpcs", "https")
+_PLAIN_SCHEMES = ("grpc",)
+_TLS_SCHEMES = ("grpcs",)
+#: HTTP's schemes name a REST endpoint (a server's HTTP port, 8000 by Triton's convention);
+#: this client speaks gRPC, so it refuses them rather than dial HTTP/2 at an HTTP/1.1 port.
+_REST_SCHEMES = {"http": "grpc", "https": "grpcs"}
 
 
 @attrs.frozen
@@ -32,19 +35,27 @@ def _invalid(url: str, why: str) -> ValueError:
 def parse_url(url: str) -> Target:
     """The :class:`Target` ``url`` names; ``ValueError`` ("invalid gRPC URL") otherwise.
 
-    ``grpc://`` and ``http://`` are plain, ``grpcs://`` and ``https://`` use TLS, and a bare
-    ``host:port`` is plain. An IPv6 host is written in brackets (``[::1]:8001``); a trailing
-    ``/`` is allowed, any other path is not.
+    ``grpc://`` is plain, ``grpcs://`` uses TLS, and a bare ``host:port`` is plain.
+    ``http://`` and ``https://`` are refused with a message naming the gRPC scheme to use
+    (they name REST endpoints). An IPv6 host is written in brackets (``[::1]:8001``); a
+    trailing ``/`` is allowed, any other path is not.
     """
     rest = url.strip()
     tls = False
     if "://" in rest:
         scheme, rest = rest.split("://", 1)
         scheme = scheme.lower()
+        if scheme in _REST_SCHEMES:
+            raise _invalid(
+                url,
+                f"{scheme}:// names a REST (HTTP) endpoint and this client speaks gRPC; "
+                f"use {_REST_SCHEMES[scheme]}://host:port with the server's gRPC port "
+                "(8001 by default), or tritonclient.http for REST",
+            )
         if scheme in _TLS_SCHEMES:
             tls = True
         elif scheme not in _PLAIN_SCHEMES:
-            raise _invalid(url, f"unsupported scheme {scheme!r} (use grpc, grpcs, http, https)")
+            raise _invalid(url, f"unsupported scheme {scheme!r} (use grpc or grpcs)")
     rest = rest.removesuffix("/")
     if rest.startswith("["):
         host, bracket, port_text = rest[1:].partition("]")
