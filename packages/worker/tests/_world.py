@@ -1,7 +1,7 @@
 """A started worker for the server tests, built by the start-up code's own functions.
 
 The configuration is written as a node file's worker block would write it and structured by
-``worker_config_from_mapping``; the runtime comes from ``boot.build_runtime`` and every bundle
+``worker_config_from_mapping``; the runtime comes from ``server.build_runtime`` and every bundle
 from ``boot.load_model``, so the tests see the caches, floors and scheduler the server builds.
 Only the probe and warm-up of ``boot.boot`` are skipped (tests count weight loads)::
 
@@ -27,7 +27,8 @@ from reactantserver.core.config import (
     WorkerConfig,
     worker_config_from_mapping,
 )
-from reactantserver.worker.repository.boot import LoadedBundle, build_runtime, load_model
+from reactantserver.worker.repository.boot import LoadedBundle, load_model
+from reactantserver.worker.server import build_runtime
 from reactantserver.worker.state import Runtime, WorkerState
 
 __all__ = ["World", "start_world", "world_config"]

@@ -9,7 +9,7 @@
   reflection and the control service; the forwarding lane; the HTTP port (``/metrics``,
   ``/healthz``, ``/readyz``, ``/status``, ``/v2`` REST over the same inference service);
 - on the loader thread once the listeners are open: the runtime
-  (:func:`~reactantserver.worker.repository.boot.build_runtime`: backend, caches,
+  (:func:`build_runtime`, below: backend, caches,
   scheduler, data plane; set on the state here and nowhere else), the start-up models
   (:func:`~reactantserver.worker.repository.boot.boot`) and the repository control
   (:func:`~reactantserver.worker.repository.watcher.start_lifecycle`: lifecycle and, in
@@ -30,13 +30,16 @@ fails with ``UNAVAILABLE``::
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import threading
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
+from reactantserver.core.buffer_pool import BufferPool
 from reactantserver.core.config import WorkerConfig
 from reactantserver.core.front import GrpcFront, flood_backstop
 from reactantserver.core.protocol import (
@@ -52,9 +55,17 @@ from reactantserver.core.serving import (
     enable_reflection,
     front_tls,
 )
-from reactantserver.worker.repository.boot import boot, build_runtime
+from reactantserver.core.weights import PrivateWeightStore, SharedWeightStore, WeightStore
+from reactantserver.worker.dataplane import DataPlane
+from reactantserver.worker.hooks import hook_pool, hook_pool_size
+from reactantserver.worker.meta import MetaGate, MetaRunner
+from reactantserver.worker.repository.boot import boot
 from reactantserver.worker.repository.watcher import RepositoryControl, start_lifecycle
-from reactantserver.worker.state import WorkerState
+from reactantserver.worker.runtime.device_setup import budget_policy, create_backend
+from reactantserver.worker.runtime.executable_cache import ExecutableCache
+from reactantserver.worker.runtime.weight_cache import WeightCache
+from reactantserver.worker.scheduler import Scheduler
+from reactantserver.worker.state import Runtime, WorkerState
 from reactantserver.worker.transport.control import add_control_service
 from reactantserver.worker.transport.http import http_app
 from reactantserver.worker.transport.inference import InferenceService
@@ -70,6 +81,75 @@ _CONTROL_SERVICE = control_pb2.DESCRIPTOR.services_by_name["WorkerControl"].full
 
 def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _weight_store(config: WorkerConfig) -> WeightStore:
+    runtime = config.runtime
+    if runtime.shared_host_weights:
+        return SharedWeightStore(runtime.shared_host_weights_mode_bits)
+    return PrivateWeightStore()
+
+
+def build_runtime(state: WorkerState) -> Runtime:
+    """Backend, caches, scheduler, data plane and hook pool, with no model yet."""
+    config = state.config
+    backend, platform, device_kind = create_backend(config)
+    runtime = config.runtime
+    root = Path(config.cache_dir) / "executables" if runtime.executable_cache else None
+    executables = ExecutableCache(root, backend, max_bytes=runtime.executable_cache_max_bytes)
+    policy = budget_policy(config, backend)
+    explicit = state.explicit
+    weights = WeightCache(
+        backend,
+        budget=policy.provisional_budget(),
+        enabled=policy.enabled,
+        explicit=policy.enabled and explicit,
+    )
+    if explicit and not policy.enabled:
+        _log.warning(
+            "explicit mode without an on-demand weight cache: residency control is inert, "
+            "every model's weights stay on the device"
+        )
+    scheduler = Scheduler(backend, weights, config.scheduler)
+    pool = hook_pool(hook_pool_size(config))
+    metas = meta_runner(config, state, scheduler, pool)
+    return Runtime(
+        backend=backend,
+        platform=platform,
+        device_kind=device_kind,
+        weights=weights,
+        executables=executables,
+        store=_weight_store(config),
+        scheduler=scheduler,
+        dataplane=DataPlane(
+            state.registry,
+            scheduler,
+            pool,
+            limiter=state.limiter,
+            metas=metas,
+            unavailable=state.unavailable_reason,
+        ),
+        pool=pool,
+        policy=policy,
+        metas=metas,
+    )
+
+
+def meta_runner(
+    config: WorkerConfig,
+    state: WorkerState,
+    scheduler: Scheduler,
+    pool: concurrent.futures.Executor,
+) -> MetaRunner:
+    """The meta gate (``meta.concurrency``) and scratch pool (``meta.scratch_*``) of 07."""
+    meta = config.meta
+    scratch = None
+    if meta.scratch_bytes > 0:
+        # Plain anonymous memory: pages are committed only when a meta writes them.
+        scratch = BufferPool(max(meta.scratch_bytes, meta.scratch_slots), meta.scratch_slots)
+    return MetaRunner(
+        state.registry, scheduler, pool, gate=MetaGate(meta.concurrency), scratch=scratch
+    )
 
 
 class WorkerServer:

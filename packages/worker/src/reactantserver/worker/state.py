@@ -31,13 +31,13 @@ from reactantserver.worker.registry import (
     ModelRegistry,
     ModelState,
 )
+from reactantserver.worker.request_counters import RequestCounters
 from reactantserver.worker.runtime.backend import Backend
 from reactantserver.worker.runtime.budget import BudgetPolicy
 from reactantserver.worker.runtime.executable_cache import ExecutableCache
 from reactantserver.worker.runtime.residency import Residency
 from reactantserver.worker.runtime.weight_cache import WeightCache
 from reactantserver.worker.scheduler import InflightLimiter, Scheduler
-from reactantserver.worker.views._request_series import RequestCounters
 
 __all__ = ["ModelLoadRecord", "RequestObserver", "Runtime", "WorkerState"]
 

@@ -5,28 +5,22 @@ listed ``LOADING`` first, then each bundle is parsed, its ``model.py`` imported 
 modules compiled; the weight cache admits the weights, the probe sizes the on-demand budget
 and warms every compiled size, and only then do the models turn ``READY``::
 
-    runtime = build_runtime(state)   # raises BackendStartError when no device can be used
-    state.runtime = runtime          # by the worker server, which assembles the worker
-    booted = boot(state, runtime)    # blocking
+    booted = boot(state, runtime)    # blocking; runtime: the worker server's build_runtime
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import time
 from pathlib import Path
 
 import attrs
 
-from reactantserver.core.buffer_pool import BufferPool
 from reactantserver.core.config import ModelControlMode, WorkerConfig
 from reactantserver.core.errors import BundleError, status_message
 from reactantserver.core.manifest import Manifest, load_manifest
-from reactantserver.core.weights import PrivateWeightStore, SharedWeightStore, WeightStore
-from reactantserver.worker.dataplane import DataPlane
-from reactantserver.worker.hooks import BundleHooks, hook_pool, hook_pool_size, load_hooks
-from reactantserver.worker.meta import MetaGate, MetaModel, MetaRunner
+from reactantserver.worker.hooks import BundleHooks, load_hooks
+from reactantserver.worker.meta import MetaModel
 from reactantserver.worker.registry import ModelEntry
 from reactantserver.worker.repository.digest import BundleDigester
 from reactantserver.worker.repository.reconcile import Seen
@@ -37,13 +31,11 @@ from reactantserver.worker.runtime.device_setup import (
     budget_policy,
     create_backend,
 )
-from reactantserver.worker.runtime.executable_cache import ExecutableCache
 from reactantserver.worker.runtime.loader import LoadedModel, load_bundle
 from reactantserver.worker.runtime.page_locked import floor_source
 from reactantserver.worker.runtime.probe import ModelRuns, model_runs, start_up
 from reactantserver.worker.runtime.residency import Residency, resolve_residency
-from reactantserver.worker.runtime.weight_cache import WeightCache
-from reactantserver.worker.scheduler import ScheduledModel, Scheduler
+from reactantserver.worker.scheduler import ScheduledModel
 from reactantserver.worker.state import Runtime, WorkerState
 
 __all__ = [
@@ -54,85 +46,14 @@ __all__ = [
     "admit_model",
     "boot",
     "budget_policy",
-    "build_runtime",
     "check_meta_calls",
     "compile_model",
     "create_backend",
     "load_model",
-    "meta_runner",
     "warn_missing_callees",
 ]
 
 _log = logging.getLogger("reactantserver.worker.boot")
-
-
-def _weight_store(config: WorkerConfig) -> WeightStore:
-    runtime = config.runtime
-    if runtime.shared_host_weights:
-        return SharedWeightStore(runtime.shared_host_weights_mode_bits)
-    return PrivateWeightStore()
-
-
-def build_runtime(state: WorkerState) -> Runtime:
-    """Backend, caches, scheduler, data plane and hook pool, with no model yet."""
-    config = state.config
-    backend, platform, device_kind = create_backend(config)
-    runtime = config.runtime
-    root = Path(config.cache_dir) / "executables" if runtime.executable_cache else None
-    executables = ExecutableCache(root, backend, max_bytes=runtime.executable_cache_max_bytes)
-    policy = budget_policy(config, backend)
-    explicit = state.explicit
-    weights = WeightCache(
-        backend,
-        budget=policy.provisional_budget(),
-        enabled=policy.enabled,
-        explicit=policy.enabled and explicit,
-    )
-    if explicit and not policy.enabled:
-        _log.warning(
-            "explicit mode without an on-demand weight cache: residency control is inert, "
-            "every model's weights stay on the device"
-        )
-    scheduler = Scheduler(backend, weights, config.scheduler)
-    pool = hook_pool(hook_pool_size(config))
-    metas = meta_runner(config, state, scheduler, pool)
-    return Runtime(
-        backend=backend,
-        platform=platform,
-        device_kind=device_kind,
-        weights=weights,
-        executables=executables,
-        store=_weight_store(config),
-        scheduler=scheduler,
-        dataplane=DataPlane(
-            state.registry,
-            scheduler,
-            pool,
-            limiter=state.limiter,
-            metas=metas,
-            unavailable=state.unavailable_reason,
-        ),
-        pool=pool,
-        policy=policy,
-        metas=metas,
-    )
-
-
-def meta_runner(
-    config: WorkerConfig,
-    state: WorkerState,
-    scheduler: Scheduler,
-    pool: concurrent.futures.Executor,
-) -> MetaRunner:
-    """The meta gate (``meta.concurrency``) and scratch pool (``meta.scratch_*``) of 07."""
-    meta = config.meta
-    scratch = None
-    if meta.scratch_bytes > 0:
-        # Plain anonymous memory: pages are committed only when a meta writes them.
-        scratch = BufferPool(max(meta.scratch_bytes, meta.scratch_slots), meta.scratch_slots)
-    return MetaRunner(
-        state.registry, scheduler, pool, gate=MetaGate(meta.concurrency), scratch=scratch
-    )
 
 
 @attrs.frozen
@@ -350,8 +271,8 @@ class Booted:
 
 
 def boot(state: WorkerState, runtime: Runtime) -> Booted:
-    """Steps 4-9 on ``runtime`` (:func:`build_runtime`'s): scan, compile, probe/warm-up,
-    dispatch thread, then ready.
+    """Start-up on ``runtime`` (built by the worker server's ``build_runtime``): scan, compile,
+    probe/warm-up, dispatch thread, then ready.
 
     A bundle that fails is ``UNAVAILABLE`` with the reason and does not stop the others.
     Each bundle is digested before it compiles, so a change made while it compiles is seen

@@ -4,7 +4,7 @@ One :class:`threading.Condition` guards the queues, the committed list, the cont
 and the statistics; the dispatch thread holds it only to select and dequeue, then
 executes outside it (XLA releases the GIL), so requests keep arriving. This module admits
 requests and manages the model table; the thread's loop is ``_loop``, a batch's execution
-``_dispatch``::
+``_dispatcher``::
 
     scheduler = Scheduler(backend, cache, config.scheduler)
     scheduler.add_model(ScheduledModel.from_loaded(loaded))

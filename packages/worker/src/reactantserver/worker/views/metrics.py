@@ -41,6 +41,7 @@ from prometheus_client import (
 )
 from prometheus_client.metrics_core import Metric
 
+from reactantserver.worker.request_counters import LATENCY_BUCKETS
 from reactantserver.worker.state import RequestObserver, WorkerState
 from reactantserver.worker.views._metrics_collect import (
     CPU_STAGES,
@@ -49,7 +50,6 @@ from reactantserver.worker.views._metrics_collect import (
     backend_platform,
     worker_label,
 )
-from reactantserver.worker.views._request_series import LATENCY_BUCKETS
 
 __all__ = [
     "CONTENT_TYPE",

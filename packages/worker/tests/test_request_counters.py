@@ -8,7 +8,7 @@ import threading
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from reactantserver.worker.views._request_series import LATENCY_BUCKETS, RequestCounters
+from reactantserver.worker.request_counters import LATENCY_BUCKETS, RequestCounters
 
 OBSERVATIONS = [
     ("a", grpc.StatusCode.OK, 0.0004),
