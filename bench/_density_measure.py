@@ -33,20 +33,26 @@ def cache_row(moved: Counters, sent: Sequence[str], slots: int | None) -> dict[s
     """Loads and evictions per 1000 requests sent, next to Belady's and LRU's for ``sent``
     with ``slots`` models resident (``None``: the whole catalog fits, no yardstick)."""
     n = len(sent)
-    loads = moved["worker_weight_loads_total"]
+    loads = moved["reactantserver_worker_weight_loads_total"]
     optimum = None if slots is None else belady_loads(sent, slots)
     lru = None if slots is None else lru_loads(sent, slots)
     return {
         "requests_sent": n,
         "weight_loads": int(loads),
-        "weight_evicts": int(moved["worker_weight_evicts_total"]),
+        "weight_evicts": int(moved["reactantserver_worker_weight_evicts_total"]),
         "loads_per_1000": 1000 * loads / n if n else None,
-        "evicts_per_1000": 1000 * moved["worker_weight_evicts_total"] / n if n else None,
+        "evicts_per_1000": 1000 * moved["reactantserver_worker_weight_evicts_total"] / n
+        if n
+        else None,
         "belady_loads_per_1000": 1000 * optimum / n if n and optimum is not None else None,
         "lru_loads_per_1000": 1000 * lru / n if n and lru is not None else None,
         "loads_vs_belady": loads / optimum if optimum else None,
-        "ms_per_load": 1000 * moved["worker_weight_load_seconds_total"] / loads if loads else None,
-        "bytes_per_load": moved["worker_weight_load_bytes_total"] / loads if loads else None,
+        "ms_per_load": 1000 * moved["reactantserver_worker_weight_load_seconds_total"] / loads
+        if loads
+        else None,
+        "bytes_per_load": moved["reactantserver_worker_weight_load_bytes_total"] / loads
+        if loads
+        else None,
     }
 
 

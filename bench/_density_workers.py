@@ -31,14 +31,17 @@ __all__ = [
 
 #: Weight-cache and compute series read from the worker's ``/metrics`` (summed over models).
 COUNTERS = (
-    "worker_weight_loads_total",
-    "worker_weight_evicts_total",
-    "worker_weight_load_seconds_total",
-    "worker_weight_load_bytes_total",
-    "worker_compute_seconds_total",
-    "worker_dispatch_total",
+    "reactantserver_worker_weight_loads_total",
+    "reactantserver_worker_weight_evicts_total",
+    "reactantserver_worker_weight_load_seconds_total",
+    "reactantserver_worker_weight_load_bytes_total",
+    "reactantserver_worker_compute_seconds_total",
+    "reactantserver_worker_dispatch_total",
 )
-_GAUGES = ("worker_weight_cache_max_bytes", "worker_device_memory_limit_bytes")
+_GAUGES = (
+    "reactantserver_worker_weight_cache_max_bytes",
+    "reactantserver_worker_device_memory_limit_bytes",
+)
 #: Slack on top of what an arena must hold (alignment, the OOM retry's second try).
 _HEADROOM_BYTES = 64 << 20
 
@@ -112,5 +115,7 @@ def batch1_execution_ms(
     )
     time.sleep(0.1)  # the last answer's counters
     moved = delta(before, scrape(server))
-    runs = moved["worker_dispatch_total"]
-    return 1000 * moved["worker_compute_seconds_total"] / runs if runs else float("nan")
+    runs = moved["reactantserver_worker_dispatch_total"]
+    return (
+        1000 * moved["reactantserver_worker_compute_seconds_total"] / runs if runs else float("nan")
+    )

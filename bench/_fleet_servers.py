@@ -36,10 +36,10 @@ MODES = ("round_robin", "lpt_packing", "model_aware")
 POLL_S = 0.5
 #: ``/metrics`` counters read from every worker around a replay.
 COUNTERS = (
-    "worker_weight_loads_total",
-    "worker_weight_load_seconds_total",
-    "worker_weight_load_bytes_total",
-    "worker_weight_evicts_total",
+    "reactantserver_worker_weight_loads_total",
+    "reactantserver_worker_weight_load_seconds_total",
+    "reactantserver_worker_weight_load_bytes_total",
+    "reactantserver_worker_weight_evicts_total",
 )
 
 #: Gateway settings per mode: status polls every :data:`POLL_S`; ``lpt_packing`` places the

@@ -8,7 +8,7 @@ from bench._common import figure_lines, fmt, machine_line
 
 __all__ = ["STAGES", "markdown"]
 
-#: The ``stage`` labels of ``worker_stage_cpu_seconds_total``, in request order.
+#: The ``stage`` labels of ``reactantserver_worker_stage_cpu_seconds_total``, in request order.
 STAGES = ("decode", "queue", "dispatch", "encode")
 _OTHER = ("event_loop", "dispatch_thread", "grpc", "other_threads")
 
@@ -64,9 +64,11 @@ def _stages(report: dict[str, Any]) -> list[str]:
         "",
         "## Worker CPU per request by stage (us)",
         "",
-        "From `worker_stage_cpu_seconds_total` (thread CPU clocks inside the worker) and the "
+        "From `reactantserver_worker_stage_cpu_seconds_total` (thread CPU clocks inside the "
+        "worker) and the "
         "process's per-thread CPU (`/proc`), both read just before and after each worker window "
-        "(warm-up included) and divided by the requests `worker_requests_total` counted over "
+        "(warm-up included) and divided by the requests `reactantserver_worker_requests_total` "
+        "counted over "
         "the same spans. `decode` / `encode`: `codec.decode_request` / `encode_response` on "
         "the event loop; `queue`: admission (`Scheduler.submit`) plus settling the callers' "
         "futures on the loop; `dispatch`: the dispatch thread's CPU per execution (wake-up, "

@@ -11,9 +11,10 @@ a gateway in that mode (``bench._fleet_servers``), and replays the same seeded t
 the gateway open-loop with ``tritonclient.grpc.aio`` (``bench._fleet_replay``): a Zipf trace
 and a bursty on/off one (``bench._traces``). Rounds alternate the modes' order. Per mode: mean,
 p50, p99 latency, answered req/s, cold loads per 1000 requests (the workers'
-``worker_weight_loads_total``), and the ratios to round_robin. Then the three situations of
+``reactantserver_worker_weight_loads_total``), and the ratios to round_robin. Then the three
+situations of
 model-aware scheduling (``bench._fleet_scenarios``), one fresh fleet per mode. The ratio of one
-load's time (``worker_weight_load_seconds_total`` / loads) to one batch-1 execution
+load's time (``reactantserver_worker_weight_load_seconds_total`` / loads) to one batch-1 execution
 (``compute_infer`` of batch size 1) is measured in the same runs. Writes ``fleet-cpu.json``,
 ``fleet-cpu.md`` and ``fleet-cpu.png`` under ``--out``.
 """
@@ -100,15 +101,17 @@ def _measure(
         after = counters(f.workers)
         exec_s, executions = batch1_seconds(f.workers, catalog.names)
     delta = {k: after[k] - before[k] for k in after}
-    loads = delta["worker_weight_loads_total"]
+    loads = delta["reactantserver_worker_weight_loads_total"]
     row = {
         "trace": name,
         "mode": mode,
         **result,
         "cold_loads": int(loads),
         "cold_per_1000": 1000 * loads / max(1, len(arrivals)),
-        "evictions": int(delta["worker_weight_evicts_total"]),
-        "load_s_each": delta["worker_weight_load_seconds_total"] / loads if loads else None,
+        "evictions": int(delta["reactantserver_worker_weight_evicts_total"]),
+        "load_s_each": delta["reactantserver_worker_weight_load_seconds_total"] / loads
+        if loads
+        else None,
         "batch1_exec_s": exec_s,
         "batch1_executions": executions,
         "fleet_ready_s": f.ready_s,
@@ -128,9 +131,9 @@ def _scenario(f: Fleet, catalog: Catalog, sc: Scenario) -> dict[str, Any]:
         warm(f.workers[index], catalog, [model])
     # The gateway's next polls see the residency, and what the scenario before routed is idle.
     time.sleep(max(3 * POLL_S, DISPLACEMENT_HORIZON_SECONDS + POLL_S))
-    before = counters(f.workers)["worker_weight_loads_total"]
+    before = counters(f.workers)["reactantserver_worker_weight_loads_total"]
     result = replay(f.gateway.url, list(sc.trace), catalog.signature).summary()
-    loads = counters(f.workers)["worker_weight_loads_total"] - before
+    loads = counters(f.workers)["reactantserver_worker_weight_loads_total"] - before
     print(f"{sc.name:28s} {f.mode:12s} mean {result['mean_ms']:7.1f} ms", flush=True)
     return {"scenario": sc.name, "mode": f.mode, **result, "cold_loads": int(loads)}
 

@@ -8,7 +8,8 @@ Starts the worker (the exported ``mlp`` example) and the bare server (``bench/_b
 a canned ``ModelInfer`` answer, the floor of Python gRPC) with the same harness as
 ``bench.worker_grpc``, pinned apart from this process, and drives both with stock
 ``tritonclient.grpc`` at ``--concurrency`` closed-loop clients (default 1, 8, 32), their windows
-alternating. For the worker it reads ``worker_stage_cpu_seconds_total`` from ``/metrics`` and the
+alternating. For the worker it reads ``reactantserver_worker_stage_cpu_seconds_total`` from
+``/metrics`` and the
 process's per-thread CPU from ``/proc`` just before and after each of its windows, so both cover
 the same span, and reports CPU per request by stage (decode, queue, dispatch, encode; thread
 CPU clocks inside the worker) and ``other`` = process CPU minus the stages (gRPC transport,
@@ -61,11 +62,11 @@ class Counters:
     """The worker's per-model counters at one instant (``/metrics``) and its threads' CPU."""
 
     stages: Mapping[str, float]
-    """Stage -> CPU seconds (``worker_stage_cpu_seconds_total``)."""
+    """Stage -> CPU seconds (``reactantserver_worker_stage_cpu_seconds_total``)."""
     requests: float
-    """``worker_requests_total{status="OK"}``."""
+    """``reactantserver_worker_requests_total{status="OK"}``."""
     executions: float
-    """``worker_dispatch_total``."""
+    """``reactantserver_worker_dispatch_total``."""
     threads: Mapping[str, float]
     """Thread group -> CPU seconds (``/proc``, as ``bench.worker_grpc`` groups them)."""
 
@@ -99,14 +100,18 @@ def read_counters(worker: Server, model: str) -> Counters:
         for s in family.samples:
             if s.labels.get("model") != model:
                 continue
-            if s.name == "worker_stage_cpu_seconds_total":
+            if s.name == "reactantserver_worker_stage_cpu_seconds_total":
                 stages[s.labels["stage"]] = s.value
-            elif s.name == "worker_requests_total" and s.labels.get("status") == "OK":
+            elif (
+                s.name == "reactantserver_worker_requests_total" and s.labels.get("status") == "OK"
+            ):
                 requests = s.value
-            elif s.name == "worker_dispatch_total":
+            elif s.name == "reactantserver_worker_dispatch_total":
                 executions = s.value
     if set(stages) != set(STAGES):
-        raise RuntimeError(f"the worker exports no worker_stage_cpu_seconds_total for {model!r}")
+        raise RuntimeError(
+            f"the worker exports no reactantserver_worker_stage_cpu_seconds_total for {model!r}"
+        )
     return Counters(stages, requests, executions, worker.cpu_seconds() or {})
 
 

@@ -102,7 +102,10 @@ def test_quick_run_writes_a_report(tmp_path: Path) -> None:
 
 def test_cache_row_sets_loads_next_to_beladys_optimum() -> None:
     moved = dict.fromkeys(COUNTERS, 0.0)
-    moved.update(worker_weight_loads_total=3.0, worker_weight_load_seconds_total=0.3)
+    moved.update(
+        reactantserver_worker_weight_loads_total=3.0,
+        reactantserver_worker_weight_load_seconds_total=0.3,
+    )
     row = cache_row(moved, list("abcab"), slots=2)
     # Belady with two slots: a, b, c (evicts a: b is used first), a again -> 4 loads.
     assert row["belady_loads_per_1000"] == 1000 * 4 / 5

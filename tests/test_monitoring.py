@@ -127,16 +127,18 @@ def template_metric_names(dashboard: dict[str, Any]) -> set[str]:
 
 def test_metric_names_of_an_expression() -> None:
     expr = (
-        "histogram_quantile(0.99, sum by (model, le) (rate(worker_request_latency_seconds_bucket"
+        "histogram_quantile(0.99, sum by (model, le) "
+        "(rate(reactantserver_worker_request_latency_seconds_bucket"
         '{instance=~"$instance",model=~"$model"}[$__rate_interval])))'
-        " / ignoring (model) group_left sum(rate(worker_compute_seconds_total[5m])) * 1e3"
+        " / ignoring (model) group_left sum(rate(reactantserver_worker_compute_seconds_total[5m])) "
+        "* 1e3"
     )
     assert metric_names(expr) == {
-        "worker_request_latency_seconds_bucket",
-        "worker_compute_seconds_total",
+        "reactantserver_worker_request_latency_seconds_bucket",
+        "reactantserver_worker_compute_seconds_total",
     }
     with pytest.raises(AssertionError, match="unknown PromQL function"):
-        metric_names("made_up(worker_queue_depth)")
+        metric_names("made_up(reactantserver_worker_queue_depth)")
 
 
 def test_dashboard_is_grafana_json() -> None:
@@ -189,21 +191,21 @@ def test_dashboard_covers_the_issue() -> None:
     """The panels issue 16 asks for, by the series they read."""
     used = set().union(*(metric_names(e) for e in expressions(load_dashboard())))
     for name in (
-        "worker_requests_total",
-        "worker_request_latency_seconds_bucket",
-        "worker_queue_depth",
-        "worker_queue_wait_seconds",
-        "worker_model_resident",
-        "worker_resident_weight_bytes",
-        "worker_weight_cache_max_bytes",
-        "worker_weight_loads_total",
-        "worker_weight_evicts_total",
-        "worker_compute_seconds_total",
-        "worker_batch_dispatch_total",
-        "gateway_requests_total",
-        "gateway_failovers_total",
-        "gateway_requests_shed_total",
-        "gateway_replica_routed_total",
+        "reactantserver_worker_requests_total",
+        "reactantserver_worker_request_latency_seconds_bucket",
+        "reactantserver_worker_queue_depth",
+        "reactantserver_worker_queue_wait_seconds_bucket",
+        "reactantserver_worker_model_resident",
+        "reactantserver_worker_resident_weight_bytes",
+        "reactantserver_worker_weight_cache_max_bytes",
+        "reactantserver_worker_weight_loads_total",
+        "reactantserver_worker_weight_evicts_total",
+        "reactantserver_worker_compute_seconds_total",
+        "reactantserver_worker_batch_dispatch_total",
+        "reactantserver_gateway_requests_total",
+        "reactantserver_gateway_failovers_total",
+        "reactantserver_gateway_requests_shed_total",
+        "reactantserver_gateway_replica_routed_total",
     ):
         assert name in used, name
 
@@ -288,5 +290,32 @@ def test_dashboard_uses_only_exported_metrics(exported: set[str]) -> None:
     missing = sorted(name for name in used if not is_exported(name, exported))
     assert not missing, f"not exported by the worker or the gateway: {missing}"
     # The check has teeth: the families are really there, by prefix.
-    assert any(n.startswith("worker_") for n in exported)
-    assert any(n.startswith("gateway_") for n in exported)
+    assert any(n.startswith("reactantserver_worker_") for n in exported)
+    assert any(n.startswith("reactantserver_gateway_") for n in exported)
+
+
+def documented_families() -> set[str]:
+    """The families the metrics reference lists in its tables (first column)."""
+    text = (ROOT / "docs" / "reference" / "metrics.md").read_text()
+    return set(re.findall(r"^\| `(reactantserver_[a-z0-9_]+)` \|", text, flags=re.MULTILINE))
+
+
+def is_documented(name: str, documented: set[str]) -> bool:
+    """Whether ``name`` (a family or sample name) belongs to a documented family."""
+    for suffix in ("", "_bucket", "_sum", "_count", "_created"):
+        base = name.removesuffix(suffix) if suffix else name
+        if base in documented or f"{base}_total" in documented:
+            return True
+    return False
+
+
+@pytest.mark.slow
+def test_the_metrics_reference_documents_what_is_exported(exported: set[str]) -> None:
+    documented = documented_families()
+    assert len(documented) > 60
+    undocumented = sorted(
+        n for n in exported if n.startswith("reactantserver_") and not is_documented(n, documented)
+    )
+    assert not undocumented, f"exported but not in docs/reference/metrics.md: {undocumented}"
+    # Every family carries the one prefix.
+    assert not [n for n in exported if n.startswith(("worker_", "gateway_"))]

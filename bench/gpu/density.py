@@ -35,13 +35,16 @@ MODES = ("prefetch", "no_prefetch", "resident")
 TARGET_THROUGHPUT = 0.7
 TARGET_P99 = 3.0
 _COUNTERS = (
-    "worker_weight_loads_total",
-    "worker_weight_evicts_total",
-    "worker_weight_prefetches_total",
-    "worker_weight_load_seconds_total",
-    "worker_weight_load_bytes_total",
+    "reactantserver_worker_weight_loads_total",
+    "reactantserver_worker_weight_evicts_total",
+    "reactantserver_worker_weight_prefetches_total",
+    "reactantserver_worker_weight_load_seconds_total",
+    "reactantserver_worker_weight_load_bytes_total",
 )
-_GAUGES = ("worker_weight_cache_max_bytes", "worker_device_memory_in_use_bytes")
+_GAUGES = (
+    "reactantserver_worker_weight_cache_max_bytes",
+    "reactantserver_worker_device_memory_in_use_bytes",
+)
 _SEQUENCE = 200_000
 _SEED = 13
 _RESERVE_S = 10.0
@@ -69,23 +72,25 @@ def _row(
     load = combine(loads)
     row: dict[str, Any] = {"mode": mode, **load.summary()}
     delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in _COUNTERS}
-    n = delta["worker_weight_loads_total"]
+    n = delta["reactantserver_worker_weight_loads_total"]
     per_1000 = (lambda v: 1000 * v / issued) if issued else (lambda v: None)
     row.update(
         requests_sent=issued,
         loads_per_1000=per_1000(n),
-        evicts_per_1000=per_1000(delta["worker_weight_evicts_total"]),
-        prefetches_per_1000=per_1000(delta["worker_weight_prefetches_total"]),
-        ms_per_load=1000 * delta["worker_weight_load_seconds_total"] / n if n else None,
+        evicts_per_1000=per_1000(delta["reactantserver_worker_weight_evicts_total"]),
+        prefetches_per_1000=per_1000(delta["reactantserver_worker_weight_prefetches_total"]),
+        ms_per_load=1000 * delta["reactantserver_worker_weight_load_seconds_total"] / n
+        if n
+        else None,
         load_gbps=(
-            delta["worker_weight_load_bytes_total"]
-            / delta["worker_weight_load_seconds_total"]
+            delta["reactantserver_worker_weight_load_bytes_total"]
+            / delta["reactantserver_worker_weight_load_seconds_total"]
             / 1e9
-            if delta["worker_weight_load_seconds_total"]
+            if delta["reactantserver_worker_weight_load_seconds_total"]
             else None
         ),
-        budget_bytes=after.get("worker_weight_cache_max_bytes"),
-        device_memory_in_use=after.get("worker_device_memory_in_use_bytes"),
+        budget_bytes=after.get("reactantserver_worker_weight_cache_max_bytes"),
+        device_memory_in_use=after.get("reactantserver_worker_device_memory_in_use_bytes"),
     )
     print(
         f"{mode:12s} {row['requests_per_s']:8,.1f} req/s  p50 {row['p50_ms']:.2f} ms  "

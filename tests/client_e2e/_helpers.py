@@ -194,8 +194,8 @@ def device_held(triton: Any, worker: WorkerProcess, iterations: float) -> Iterat
     triton.async_infer(SPIN, [spin_input(1)], spins.callback("short"))
     wait_for(
         lambda: (
-            worker.metric("worker_inflight_requests") == 2
-            and worker.metric("worker_queue_depth", model=SPIN) == 1
+            worker.metric("reactantserver_worker_inflight_requests") == 2
+            and worker.metric("reactantserver_worker_queue_depth", model=SPIN) == 1
         ),
         "a spin request executing and another queued",
     )

@@ -63,7 +63,10 @@ def spinning(worker: WorkerProcess, iterations: float) -> Iterator[None]:
         spins = Answers(1)
         triton.async_infer(SPIN, [spin_input(iterations)], spins.callback("long"))
         try:
-            wait_for(lambda: worker.metric("worker_inflight_requests") == 1, "the spin in flight")
+            wait_for(
+                lambda: worker.metric("reactantserver_worker_inflight_requests") == 1,
+                "the spin in flight",
+            )
             yield
         finally:
             ((error, result),) = spins.wait().values()
@@ -77,7 +80,7 @@ def test_shed_requests_are_retried_until_the_spin_ends(
     worker = capped_worker
     x = rows(2, 16, seed=51)
     with spinning(worker, 2 * SPIN_ITERATIONS):
-        shed = worker.metric("worker_requests_shed_total")
+        shed = worker.metric("reactantserver_worker_requests_shed_total")
 
         # no retries: one attempt, RESOURCE_EXHAUSTED at once (sync and async)
         no_retry = rc.RetryPolicy(enabled=False)
@@ -85,17 +88,17 @@ def test_shed_requests_are_retried_until_the_spin_ends(
             with pytest.raises(grpc.RpcError) as caught:
                 rc.infer_sync(once, [rc.InferInput("x", x)])
             assert status_name(caught.value) == "RESOURCE_EXHAUSTED"
-            assert worker.metric("worker_requests_shed_total") == shed + 1
+            assert worker.metric("reactantserver_worker_requests_shed_total") == shed + 1
 
             with pytest.raises(grpc.RpcError) as caught:
                 asyncio.run(_infer_async(once, x))
             assert status_name(caught.value) == "RESOURCE_EXHAUSTED"
-            assert worker.metric("worker_requests_shed_total") == shed + 2
+            assert worker.metric("reactantserver_worker_requests_shed_total") == shed + 2
 
         # retries: shed while the spin runs, served once it is over
         with rc.KServeModel(worker.url, "mlp", deadline=PATIENT_S, retry=PATIENT) as model:
             response = rc.infer_sync(model, [rc.InferInput("x", x)], request_id="patient")
-        assert worker.metric("worker_requests_shed_total") >= shed + 3
+        assert worker.metric("reactantserver_worker_requests_shed_total") >= shed + 3
     assert response is not None
     assert response.id == "patient"
     assert_close(rc.InferOutput(response, "logits"), mlp_reference(weights["mlp"], x))
@@ -107,10 +110,10 @@ def test_async_shed_requests_are_retried(
     worker = capped_worker
     x = rows(2, 16, seed=54)
     with spinning(worker, SPIN_ITERATIONS):
-        shed = worker.metric("worker_requests_shed_total")
+        shed = worker.metric("reactantserver_worker_requests_shed_total")
         with rc.KServeModel(worker.url, "mlp", deadline=PATIENT_S, retry=PATIENT) as model:
             response = asyncio.run(_infer_async(model, x))
-        assert worker.metric("worker_requests_shed_total") >= shed + 1
+        assert worker.metric("reactantserver_worker_requests_shed_total") >= shed + 1
     assert response is not None
     assert_close(rc.InferOutput(response, "logits"), mlp_reference(weights["mlp"], x))
 

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow
 
 POLL_S = 0.1
 X = rows(3, 16, seed=15)
-FAILURES = "worker_model_load_failures_total"
+FAILURES = "reactantserver_worker_model_load_failures_total"
 FILES = ("weights.safetensors", "manifest.yaml", "model.b8.mlir")
 
 

@@ -23,8 +23,8 @@ from tests.worker_e2e._harness import WorkerProcess, infer_input, rows, running_
 
 pytestmark = pytest.mark.slow
 
-HITS = "worker_executable_cache_hits_total"
-MISSES = "worker_executable_cache_misses_total"
+HITS = "reactantserver_worker_executable_cache_hits_total"
+MISSES = "reactantserver_worker_executable_cache_misses_total"
 
 
 def _truncate(blob: Path) -> None:

@@ -32,11 +32,11 @@ LEAVING = 8
 STAYING = 8
 X = rows(2, 16, seed=19)
 A, B = rows(1, 8, seed=20), rows(1, 8, seed=21)
-CANCELLED = "worker_requests_cancelled_total"
+CANCELLED = "reactantserver_worker_requests_cancelled_total"
 
 
 def _queued(worker: WorkerProcess, model: str) -> float:
-    return worker.metric("worker_queue_depth", model=model)
+    return worker.metric("reactantserver_worker_queue_depth", model=model)
 
 
 def test_disconnected_clients_queued_work_is_dropped(

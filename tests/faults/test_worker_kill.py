@@ -80,7 +80,7 @@ def test_sigkilled_worker_loses_no_request(
             load.wait_more(AFTER, wait_for)
         finally:
             tally = load.finish()
-        failovers = _public_metric(node, "gateway_failovers_total")
+        failovers = _public_metric(node, "reactantserver_gateway_failovers_total")
         with capsys.disabled():
             print(f"\n[faults] worker SIGKILL under load: {tally} failovers={failovers:g}")
         assert "restarting worker1" in node.text()

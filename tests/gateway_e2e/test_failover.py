@@ -129,11 +129,12 @@ def test_a_killed_worker_loses_no_request(repo: Path, cache_dir: Path, tmp_path:
         assert all(outcome == "UNAVAILABLE" for _, outcome in failed), failed
         assert len(failed) <= CONCURRENCY, failed
         assert [f for f in failed if f[0] > killed_at] == [], failed
-        assert gateway.metric("gateway_failovers_total") >= 1
+        assert gateway.metric("reactantserver_gateway_failovers_total") >= 1
         wait_for(
-            lambda: gateway.metric("gateway_worker_ready", worker="w1") == 0, "w1 seen not ready"
+            lambda: gateway.metric("reactantserver_gateway_worker_ready", worker="w1") == 0,
+            "w1 seen not ready",
         )
-        assert gateway.metric("gateway_worker_ready", worker="w0") == 1
+        assert gateway.metric("reactantserver_gateway_worker_ready", worker="w0") == 1
         assert client.is_server_ready()
         assert gateway.http_get("/readyz")[0] == 200
         assert client.infer("mlp", [infer_input("x", X, "FP32")]).as_numpy("logits").shape == (

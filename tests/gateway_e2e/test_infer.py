@@ -41,7 +41,9 @@ def direct(workers: list[WorkerProcess]) -> Iterator[list[Any]]:
 def _idle(workers: list[WorkerProcess]) -> None:
     """Wait until no worker runs anything (a timed-out spin keeps a worker busy a while)."""
     wait_for(
-        lambda: all(worker.metric("worker_inflight_requests") == 0 for worker in workers),
+        lambda: all(
+            worker.metric("reactantserver_worker_inflight_requests") == 0 for worker in workers
+        ),
         "idle workers",
     )
 

@@ -78,7 +78,7 @@ def test_the_gateway_forwards_over_both_lanes(
     gateway: GatewayProcess, workers: list[WorkerProcess], client: Any
 ) -> None:
     for label in ("w0", "w1"):
-        assert gateway.metric("gateway_worker_lane", worker=label) == 1
+        assert gateway.metric("reactantserver_gateway_worker_lane", worker=label) == 1
     with (
         grpcclient.InferenceServerClient(workers[0].url) as first,
         grpcclient.InferenceServerClient(workers[1].url) as second,
@@ -98,7 +98,7 @@ def test_without_lanes_the_gateway_forwards_over_grpc(
     grpc_gateway: GatewayProcess, client: Any
 ) -> None:
     for label in ("w0", "w1"):
-        assert grpc_gateway.metric("gateway_worker_lane", worker=label) == 0
+        assert grpc_gateway.metric("reactantserver_gateway_worker_lane", worker=label) == 0
     with grpcclient.InferenceServerClient(grpc_gateway.url) as plain:
         for _ in range(2):
             over_grpc = plain.infer("mlp", [infer_input("x", X, "FP32")]).as_numpy("logits")
@@ -112,7 +112,12 @@ def test_without_lanes_the_gateway_forwards_over_grpc(
             errors.append(caught.value)
         assert status_of(errors[0]) == status_of(errors[1]) == "INVALID_ARGUMENT"
         assert message_of(errors[0]) == message_of(errors[1])
-        assert grpc_gateway.metric("gateway_requests_total", rpc="ModelInfer", model="mlp") >= 3
+        assert (
+            grpc_gateway.metric(
+                "reactantserver_gateway_requests_total", rpc="ModelInfer", model="mlp"
+            )
+            >= 3
+        )
 
 
 def test_a_worker_with_the_lane_off_advertises_none_and_a_stopped_one_removes_its_socket(

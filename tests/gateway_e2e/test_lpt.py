@@ -108,7 +108,7 @@ def test_a_repack_concentrates_each_model_on_one_worker(
         assert grew[int(chosen[1:])] == 20, (model, grew, chosen)
     assert status.repack.repack_count >= 2
     assert status.repack.operator_repacks_completed >= 1
-    assert lpt_gateway.metric("gateway_repacks_total", trigger="operator") >= 1
+    assert lpt_gateway.metric("reactantserver_gateway_repacks_total", trigger="operator") >= 1
 
 
 def test_placement_overrides_and_live_knobs(lpt_gateway: GatewayProcess) -> None:

@@ -16,16 +16,16 @@ from ._gateway import GatewayProcess
 pytestmark = pytest.mark.slow
 
 GATEWAY_FAMILIES = (
-    "gateway_requests",
-    "gateway_request_latency_seconds",
-    "gateway_worker_latency_seconds",
-    "gateway_worker_ready",
-    "gateway_worker_metrics_up",
-    "gateway_inflight_requests",
-    "gateway_requests_shed",
-    "gateway_max_concurrent_requests",
-    "gateway_failovers",
-    "gateway_routing_table_size",
+    "reactantserver_gateway_requests",
+    "reactantserver_gateway_request_latency_seconds",
+    "reactantserver_gateway_worker_latency_seconds",
+    "reactantserver_gateway_worker_ready",
+    "reactantserver_gateway_worker_metrics_up",
+    "reactantserver_gateway_inflight_requests",
+    "reactantserver_gateway_requests_shed",
+    "reactantserver_gateway_max_concurrent_requests",
+    "reactantserver_gateway_failovers",
+    "reactantserver_gateway_routing_table_size",
 )
 
 
@@ -45,9 +45,12 @@ def test_metrics_hold_the_gateway_and_both_workers(
     missing = [name for name in GATEWAY_FAMILIES if name not in families]
     assert missing == [], sorted(families)
     for label in ("w0", "w1"):
-        assert sum_samples(text, "gateway_worker_metrics_up", worker=label) == 1
-        assert sum_samples(text, "gateway_worker_ready", worker=label) == 1
-    assert sum_samples(text, "gateway_requests_total", rpc="ModelInfer", model="mlp") >= 2
+        assert sum_samples(text, "reactantserver_gateway_worker_metrics_up", worker=label) == 1
+        assert sum_samples(text, "reactantserver_gateway_worker_ready", worker=label) == 1
+    assert (
+        sum_samples(text, "reactantserver_gateway_requests_total", rpc="ModelInfer", model="mlp")
+        >= 2
+    )
 
     # Both workers' own series are there: per worker, its exposition's samples.
     worker_names = {
@@ -55,7 +58,7 @@ def test_metrics_hold_the_gateway_and_both_workers(
     }
     assert worker_names, "the worker exposes nothing"
     assert worker_names <= set(families)
-    inflight = list(families["worker_inflight_requests"].samples)
+    inflight = list(families["reactantserver_worker_inflight_requests"].samples)
     assert len(inflight) == 2  # one per worker
     assert all("worker" in sample.labels for sample in inflight)
 

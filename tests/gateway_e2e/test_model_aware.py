@@ -94,7 +94,12 @@ def test_traffic_stays_where_the_model_is_resident_while_it_keeps_up(
             client.infer(SPIN, [spin_input(SHORT)])
     after = _counts(cached_workers)
     assert [a - b for a, b in zip(after, before, strict=True)] == [6, 0]
-    assert aware_gateway.metric("gateway_model_aware_routes_total", placement="resident") >= 6
+    assert (
+        aware_gateway.metric(
+            "reactantserver_gateway_model_aware_routes_total", placement="resident"
+        )
+        >= 6
+    )
 
 
 def test_a_growing_queue_spreads_the_model_to_a_cold_worker(
@@ -112,7 +117,10 @@ def test_a_growing_queue_spreads_the_model_to_a_cold_worker(
     grew = [a - b for a, b in zip(after, before, strict=True)]
     assert sum(grew) == n
     assert grew[1] > 0, grew  # the cold worker took part of the burst
-    assert aware_gateway.metric("gateway_model_aware_routes_total", placement="cold") >= 1
+    assert (
+        aware_gateway.metric("reactantserver_gateway_model_aware_routes_total", placement="cold")
+        >= 1
+    )
     control = control_pb2_grpc.GatewayControlStub(grpc.insecure_channel(aware_gateway.url))
     status = control.GetSchedulingStatus(control_pb2.GetSchedulingStatusRequest())
     assert status.mode == "model_aware"

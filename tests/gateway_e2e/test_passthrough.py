@@ -142,11 +142,13 @@ def test_inbound_cap_is_resource_exhausted(workers: list[WorkerProcess], logs: P
         spins = Answers(2)
         client.async_infer(SPIN, [spin_input()], spins.callback("a"))
         client.async_infer(SPIN, [spin_input()], spins.callback("b"))
-        wait_for(lambda: capped.metric("gateway_inflight_requests") == 2, "two in flight")
+        wait_for(
+            lambda: capped.metric("reactantserver_gateway_inflight_requests") == 2, "two in flight"
+        )
         error = _failure(client, "mlp", [infer_input("x", X, "FP32")])
         assert status_of(error) == "RESOURCE_EXHAUSTED"
-        assert capped.metric("gateway_requests_shed_total") == 1
-        assert capped.metric("gateway_max_concurrent_requests") == 2
+        assert capped.metric("reactantserver_gateway_requests_shed_total") == 1
+        assert capped.metric("reactantserver_gateway_max_concurrent_requests") == 2
         for key, (failed, result) in spins.wait().items():
             assert failed is None, (key, failed)
             assert result.as_numpy("y").shape == (1, 16)

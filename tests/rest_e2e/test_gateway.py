@@ -22,7 +22,7 @@ REQUESTS = 8
 
 
 def _served(worker: WorkerProcess) -> float:
-    return worker.metric("worker_requests_total", model="mlp", status="OK")
+    return worker.metric("reactantserver_worker_requests_total", model="mlp", status="OK")
 
 
 def _infer(client: Any, x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -70,7 +70,7 @@ def test_failover_when_a_worker_is_killed(
                 spare.wait(30)
                 for _ in range(REQUESTS):  # every other one is routed to the dead worker
                     np.testing.assert_array_equal(_infer(client, x), want)
-                failovers = gateway.metric("gateway_failovers_total")
+                failovers = gateway.metric("reactantserver_gateway_failovers_total")
                 assert failovers >= 1
             finally:
                 client.close()

@@ -62,7 +62,7 @@ def _check_disabled(worker: WorkerProcess, cache: Path) -> None:
         result = client.infer("mlp", [infer_input("x", x, "FP32")], client_timeout=60)
     assert result.as_numpy("logits").shape[0] == 2
     assert list((cache / "executables").iterdir()) == []
-    assert worker.metric("worker_executable_cache_hits_total") == 0
+    assert worker.metric("reactantserver_worker_executable_cache_hits_total") == 0
 
 
 def test_an_executables_folder_others_control_disables_the_cache(

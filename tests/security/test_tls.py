@@ -220,5 +220,7 @@ def test_tritonclient_infers_through_a_tls_gateway_over_mtls_to_the_worker(
         return sum(int(m.get("inference_count", 0)) for m in stats["model_stats"])
 
     assert count(after) - count(before) >= 3 * 3  # the worker ran the gateway's requests
-    assert tls_gateway.metric("gateway_worker_lane") == 0  # TLS towards workers: gRPC only
+    assert (
+        tls_gateway.metric("reactantserver_gateway_worker_lane") == 0
+    )  # TLS towards workers: gRPC only
     assert refused(client(tls_gateway.url)) == "UNAVAILABLE"

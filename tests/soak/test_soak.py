@@ -46,10 +46,10 @@ SETTLE_S = 30.0
 """How long released threads, sockets and mappings get to go away (not a timing assertion)."""
 MIB = 1024 * 1024
 COUNTERS = (
-    "worker_weight_evicts_total",
-    "worker_weight_loads_total",
-    "worker_requests_shed_total",
-    "worker_requests_cancelled_total",
+    "reactantserver_worker_weight_evicts_total",
+    "reactantserver_worker_weight_loads_total",
+    "reactantserver_worker_requests_shed_total",
+    "reactantserver_worker_requests_cancelled_total",
 )
 
 
@@ -57,8 +57,8 @@ def _metrics(worker: WorkerProcess) -> dict[str, float]:
     status, _, text = worker.http_get("/metrics")
     assert status == 200
     figures = {name: sum_samples(text, name) for name in COUNTERS}
-    figures["requests_ok"] = sum_samples(text, "worker_requests_total", status="OK")
-    figures["requests_all"] = sum_samples(text, "worker_requests_total")
+    figures["requests_ok"] = sum_samples(text, "reactantserver_worker_requests_total", status="OK")
+    figures["requests_all"] = sum_samples(text, "reactantserver_worker_requests_total")
     return figures
 
 
@@ -198,8 +198,10 @@ def test_soak(soak_worker: WorkerProcess, tmp_path: Path) -> None:
     assert traffic.errors == [], traffic.errors
     assert sum(traffic.sent.values()) == REQUESTS
     assert metrics["main"]["requests_ok"] == metrics["main"]["requests_all"] == counts["main"]
-    assert metrics["main"]["worker_requests_shed_total"] == 0
-    assert metrics["main"]["worker_weight_evicts_total"] > 0, "the budget never evicted"
+    assert metrics["main"]["reactantserver_worker_requests_shed_total"] == 0
+    assert metrics["main"]["reactantserver_worker_weight_evicts_total"] > 0, (
+        "the budget never evicted"
+    )
     assert report["rss_growth_mib"] <= RSS_BOUND_MIB, report
     warm, end = snaps["warm"], snaps["end"]
     assert end.threads <= warm.threads, report["threads"]

@@ -333,8 +333,8 @@ def dispatch_held(client: Any, worker: WorkerProcess, already_in_flight: int = 0
     client.async_infer(SPIN, [spin_input(1)], spins.callback("short"))
     wait_for(
         lambda: (
-            worker.metric("worker_inflight_requests") == already_in_flight + 2
-            and worker.metric("worker_queue_depth", model=SPIN) == 1
+            worker.metric("reactantserver_worker_inflight_requests") == already_in_flight + 2
+            and worker.metric("reactantserver_worker_queue_depth", model=SPIN) == 1
         ),
         "a spin request executing and another queued",
     )

@@ -51,9 +51,9 @@ POLL_S = 0.1
 X = rows(4, 16, seed=21)
 WEIGHTS = "weights.safetensors"
 MANIFEST = "manifest.yaml"
-HITS = "worker_executable_cache_hits_total"
-MISSES = "worker_executable_cache_misses_total"
-FAILURES = "worker_model_load_failures_total"
+HITS = "reactantserver_worker_executable_cache_hits_total"
+MISSES = "reactantserver_worker_executable_cache_misses_total"
+FAILURES = "reactantserver_worker_model_load_failures_total"
 
 DYNAMIC_MODELS = ("mlp", "swap", "doomed", "staging", "m-production", "m-staging", "fragile")
 """Copies of ``mlp`` the dynamic worker starts with (``m-staging`` with weights doubled)."""

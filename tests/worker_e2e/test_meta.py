@@ -80,11 +80,11 @@ GATE_BUDGET_US = 2_000_000
 """Triton ``timeout`` of a meta that queues for the full gate: long enough to be seen waiting."""
 STAGE_BUDGET_US = int(GLUE_SLEEP_S * 1e6) // 2
 """Ends during ``two_stage_slow``'s glue, far after its first sub-call."""
-GATE_IN_USE = "worker_meta_gate_in_use"
-GATE_WAITING = "worker_meta_gate_waiting"
-DISPATCHES = "worker_dispatch_total"
-SERVED = "worker_requests_served_total"
-QUEUE_DEPTH = "worker_queue_depth"
+GATE_IN_USE = "reactantserver_worker_meta_gate_in_use"
+GATE_WAITING = "reactantserver_worker_meta_gate_waiting"
+DISPATCHES = "reactantserver_worker_dispatch_total"
+SERVED = "reactantserver_worker_requests_served_total"
+QUEUE_DEPTH = "reactantserver_worker_queue_depth"
 _TOKENS = itertools.count(1)
 """``x[0, 0]`` of each ``parked`` request: the name of the flag that releases it."""
 

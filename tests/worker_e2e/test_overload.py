@@ -70,8 +70,11 @@ def test_ten_times_the_cap_sheds_the_excess_and_keeps_serving(
         assert statuses["RESOURCE_EXHAUSTED"] > 0, statuses
         assert statuses["OK"] >= WAVES * CAP, statuses  # at least the cap admitted per wave
         assert grown < GROWTH_LIMIT_BYTES, f"RSS grew {grown / 2**20:.1f} MiB"
-        assert worker.metric("worker_requests_shed_total") == statuses["RESOURCE_EXHAUSTED"]
-        assert worker.metric("worker_inflight_requests") == 0
+        assert (
+            worker.metric("reactantserver_worker_requests_shed_total")
+            == statuses["RESOURCE_EXHAUSTED"]
+        )
+        assert worker.metric("reactantserver_worker_inflight_requests") == 0
         # Afterwards a request is served as usual.
         ((status, value),) = asyncio.run(_wave(worker.url, 1))
         assert status == "OK"

@@ -149,7 +149,7 @@ def test_concurrent_requests_coalesce_and_keep_their_rows(
                 "mlp", [infer_input("x", x, "FP32")], answers.callback(str(i)), request_id=str(i)
             )
         wait_for(
-            lambda: worker.metric("worker_queue_depth", model="mlp") == BURST,
+            lambda: worker.metric("reactantserver_worker_queue_depth", model="mlp") == BURST,
             "the burst to queue behind the spin",
         )
         results = answers.wait()

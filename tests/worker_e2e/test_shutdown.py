@@ -122,7 +122,7 @@ def test_inflight_cap_then_graceful_sigterm(
         with pytest.raises(InferenceServerException) as caught:
             client.infer(HOOKY, [infer_input("x", rows(1, 16, seed=9), "FP32")])
         assert status_of(caught.value) == "RESOURCE_EXHAUSTED", caught.value
-        assert worker.metric("worker_requests_shed_total") >= 1
+        assert worker.metric("reactantserver_worker_requests_shed_total") >= 1
         (gates / "gate-0").touch()
         for pending in held:
             got = pending.result().as_numpy("logits")
@@ -149,4 +149,4 @@ def test_inflight_cap_then_graceful_sigterm(
 
 
 def _inflight(worker: WorkerProcess) -> float:
-    return worker.metric("worker_inflight_requests")
+    return worker.metric("reactantserver_worker_inflight_requests")

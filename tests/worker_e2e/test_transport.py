@@ -117,24 +117,34 @@ def test_metrics(worker: WorkerProcess, client: Any) -> None:
     status, content_type, text = worker.http_get("/metrics?ignored=1")
     assert status == 200
     assert content_type.startswith("text/plain; version=0.0.4")
-    ok = sum_samples(text, "worker_requests_total", model="mlp", status="OK")
-    bad = sum_samples(text, "worker_requests_total", model="mlp", status="INVALID_ARGUMENT")
-    dispatches = sum_samples(text, "worker_dispatch_total", model="mlp")
+    ok = sum_samples(text, "reactantserver_worker_requests_total", model="mlp", status="OK")
+    bad = sum_samples(
+        text, "reactantserver_worker_requests_total", model="mlp", status="INVALID_ARGUMENT"
+    )
+    dispatches = sum_samples(text, "reactantserver_worker_dispatch_total", model="mlp")
 
     client.infer("mlp", [infer_input("x", rows(2, 16, seed=80), "FP32")])
     with pytest.raises(InferenceServerException):
         client.infer("mlp", [infer_input("x", rows(2, 15, seed=81), "FP32")])
 
     _, _, text = worker.http_get("/metrics")
-    assert sum_samples(text, "worker_requests_total", model="mlp", status="OK") == ok + 1
     assert (
-        sum_samples(text, "worker_requests_total", model="mlp", status="INVALID_ARGUMENT")
+        sum_samples(text, "reactantserver_worker_requests_total", model="mlp", status="OK")
+        == ok + 1
+    )
+    assert (
+        sum_samples(
+            text, "reactantserver_worker_requests_total", model="mlp", status="INVALID_ARGUMENT"
+        )
         == bad + 1
     )
-    assert sum_samples(text, "worker_dispatch_total", model="mlp") == dispatches + 1
-    assert sum_samples(text, "worker_models_loaded") == 6
-    assert sum_samples(text, "worker_model_max_batch_size", model="cnn") == 32
-    assert sum_samples(text, "worker_info") == 1
-    assert sum_samples(text, "worker_model_load_failures_total", model="broken") >= 1
-    for name in ("worker_request_latency_seconds_count", "worker_inflight_requests"):
+    assert sum_samples(text, "reactantserver_worker_dispatch_total", model="mlp") == dispatches + 1
+    assert sum_samples(text, "reactantserver_worker_models_loaded") == 6
+    assert sum_samples(text, "reactantserver_worker_model_max_batch_size", model="cnn") == 32
+    assert sum_samples(text, "reactantserver_worker_info") == 1
+    assert sum_samples(text, "reactantserver_worker_model_load_failures_total", model="broken") >= 1
+    for name in (
+        "reactantserver_worker_request_latency_seconds_count",
+        "reactantserver_worker_inflight_requests",
+    ):
         assert name in text, name

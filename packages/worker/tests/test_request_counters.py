@@ -24,13 +24,13 @@ OBSERVATIONS = [
 def _reference() -> bytes:
     registry = CollectorRegistry()
     requests = Counter(
-        "worker_requests_total",
+        "reactantserver_worker_requests_total",
         "Inference requests by final status.",
         ["model", "status"],
         registry=registry,
     )
     latency = Histogram(
-        "worker_request_latency_seconds",
+        "reactantserver_worker_request_latency_seconds",
         "Inference handler wall time.",
         ["model"],
         buckets=LATENCY_BUCKETS,
@@ -93,8 +93,8 @@ def test_concurrent_observers_lose_nothing() -> None:
         thread.join()
     assert counters.codec_cpu() == {"a": (8000, 8000)}
     text = generate_latest(_registry(counters)).decode()
-    assert 'worker_requests_total{model="a",status="OK"} 8000.0' in text
-    assert 'worker_request_latency_seconds_count{model="a"} 8000.0' in text
+    assert 'reactantserver_worker_requests_total{model="a",status="OK"} 8000.0' in text
+    assert 'reactantserver_worker_request_latency_seconds_count{model="a"} 8000.0' in text
 
 
 def _registry(counters: RequestCounters) -> CollectorRegistry:

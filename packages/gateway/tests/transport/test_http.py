@@ -22,18 +22,18 @@ TIMEOUT = 0.3
 def canned(worker: str) -> str:
     """A worker exposition: a counter, a histogram and a gauge, all labelled ``worker``."""
     return f"""\
-# HELP worker_requests_total Inference requests by final status.
-# TYPE worker_requests_total counter
-worker_requests_total{{model="m",status="OK",worker="{worker}"}} 3.0
-# HELP worker_request_latency_seconds Inference handler wall time.
-# TYPE worker_request_latency_seconds histogram
-worker_request_latency_seconds_bucket{{le="0.001",model="m",worker="{worker}"}} 1.0
-worker_request_latency_seconds_bucket{{le="+Inf",model="m",worker="{worker}"}} 3.0
-worker_request_latency_seconds_count{{model="m",worker="{worker}"}} 3.0
-worker_request_latency_seconds_sum{{model="m",worker="{worker}"}} 0.5
-# HELP worker_inflight_requests Inference requests in flight.
-# TYPE worker_inflight_requests gauge
-worker_inflight_requests{{worker="{worker}"}} 1.0
+# HELP reactantserver_worker_requests_total Inference requests by final status.
+# TYPE reactantserver_worker_requests_total counter
+reactantserver_worker_requests_total{{model="m",status="OK",worker="{worker}"}} 3.0
+# HELP reactantserver_worker_request_latency_seconds Inference handler wall time.
+# TYPE reactantserver_worker_request_latency_seconds histogram
+reactantserver_worker_request_latency_seconds_bucket{{le="0.001",model="m",worker="{worker}"}} 1.0
+reactantserver_worker_request_latency_seconds_bucket{{le="+Inf",model="m",worker="{worker}"}} 3.0
+reactantserver_worker_request_latency_seconds_count{{model="m",worker="{worker}"}} 3.0
+reactantserver_worker_request_latency_seconds_sum{{model="m",worker="{worker}"}} 0.5
+# HELP reactantserver_worker_inflight_requests Inference requests in flight.
+# TYPE reactantserver_worker_inflight_requests gauge
+reactantserver_worker_inflight_requests{{worker="{worker}"}} 1.0
 """
 
 
@@ -80,7 +80,9 @@ async def fetch(url: str, method: str = "GET") -> tuple[int, str, str]:
 
 
 def up(metrics: GatewayMetrics, worker: str) -> float | None:
-    return metrics.registry.get_sample_value("gateway_worker_metrics_up", {"worker": worker})
+    return metrics.registry.get_sample_value(
+        "reactantserver_gateway_worker_metrics_up", {"worker": worker}
+    )
 
 
 def test_metrics_merges_own_series_and_every_worker() -> None:
@@ -102,17 +104,25 @@ def test_metrics_merges_own_series_and_every_worker() -> None:
     body = asyncio.run(main())
     families = {f.name: f for f in text_string_to_metric_families(body)}
     assert len(families) == len(list(text_string_to_metric_families(body)))
-    latency = families["worker_request_latency_seconds"]
+    latency = families["reactantserver_worker_request_latency_seconds"]
     assert latency.type == "histogram"
     assert {s.labels["worker"] for s in latency.samples} == {"w0", "w1"}
     assert len(latency.samples) == 8
-    assert [s.labels["worker"] for s in families["worker_requests"].samples] == ["w0", "w1"]
-    ups = {s.labels["worker"]: s.value for s in families["gateway_worker_metrics_up"].samples}
+    assert [s.labels["worker"] for s in families["reactantserver_worker_requests"].samples] == [
+        "w0",
+        "w1",
+    ]
+    ups = {
+        s.labels["worker"]: s.value
+        for s in families["reactantserver_gateway_worker_metrics_up"].samples
+    }
     assert ups == {"w0": 1.0, "w1": 1.0}
     # The gateway's own series come first.
     names = list(families)
-    assert names.index("gateway_requests") < names.index("worker_requests")
-    assert body.count("# TYPE worker_request_latency_seconds ") == 1
+    assert names.index("reactantserver_gateway_requests") < names.index(
+        "reactantserver_worker_requests"
+    )
+    assert body.count("# TYPE reactantserver_worker_request_latency_seconds ") == 1
 
 
 def test_slow_refused_and_failing_workers_are_down_and_omitted() -> None:
@@ -142,10 +152,16 @@ def test_slow_refused_and_failing_workers_are_down_and_omitted() -> None:
     # Both slow workers time out together: the scrapes run concurrently.
     assert TIMEOUT <= elapsed < 2 * TIMEOUT + 0.5
     families = {f.name: f for f in text_string_to_metric_families(body)}
-    ups = {s.labels["worker"]: s.value for s in families["gateway_worker_metrics_up"].samples}
+    ups = {
+        s.labels["worker"]: s.value
+        for s in families["reactantserver_gateway_worker_metrics_up"].samples
+    }
     assert ups == {"ok": 1.0, "slow1": 0.0, "slow2": 0.0, "refused": 0.0, "failing": 0.0}
     worker_samples = [
-        s for name, f in families.items() if name.startswith("worker_") for s in f.samples
+        s
+        for name, f in families.items()
+        if name.startswith("reactantserver_worker_")
+        for s in f.samples
     ]
     assert len(worker_samples) == 6
     assert {s.labels["worker"] for s in worker_samples} == {"ok"}
@@ -185,7 +201,7 @@ def test_no_targets_serves_own_series_only_and_head_works() -> None:
             status, content_type, body = await fetch(f"{base}/metrics")
             assert status == 200
             assert content_type == CONTENT_TYPE
-            assert "gateway_repacks_total" in body
+            assert "reactantserver_gateway_repacks_total" in body
             assert "worker_" not in body.replace("gateway_worker_", "")
             status, _, body = await fetch(f"{base}/metrics", "HEAD")
             assert (status, body) == (200, "")

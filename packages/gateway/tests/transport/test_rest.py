@@ -211,7 +211,10 @@ def test_infer_json_and_binary_round_robin_over_both_workers() -> None:
         assert [w.infers for w in workers] == [2, 2]
         # Counted like gRPC requests (the same Proxy.infer).
         text = server.metrics.render().decode()
-        assert 'gateway_requests_total{model="m",rpc="ModelInfer",status="OK"} 4.0' in text
+        assert (
+            'reactantserver_gateway_requests_total{model="m",rpc="ModelInfer",status="OK"} 4.0'
+            in text
+        )
 
     run([2.0, 3.0], check)
 

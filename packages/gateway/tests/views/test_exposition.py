@@ -8,18 +8,18 @@ from prometheus_client.parser import text_string_to_metric_families
 from reactantserver.gateway.views.exposition import merge_expositions
 
 WORKER0 = """\
-# HELP worker_requests_total Inference requests by final status.
-# TYPE worker_requests_total counter
-worker_requests_total{model="m",status="OK",worker="w0"} 3.0
-# HELP worker_request_latency_seconds Inference handler wall time.
-# TYPE worker_request_latency_seconds histogram
-worker_request_latency_seconds_bucket{le="0.001",model="m",worker="w0"} 1.0
-worker_request_latency_seconds_bucket{le="+Inf",model="m",worker="w0"} 3.0
-worker_request_latency_seconds_count{model="m",worker="w0"} 3.0
-worker_request_latency_seconds_sum{model="m",worker="w0"} 0.5
-# HELP worker_queue_depth Queued requests.
-# TYPE worker_queue_depth gauge
-worker_queue_depth{model="m",worker="w0"} 0.0
+# HELP reactantserver_worker_requests_total Inference requests by final status.
+# TYPE reactantserver_worker_requests_total counter
+reactantserver_worker_requests_total{model="m",status="OK",worker="w0"} 3.0
+# HELP reactantserver_worker_request_latency_seconds Inference handler wall time.
+# TYPE reactantserver_worker_request_latency_seconds histogram
+reactantserver_worker_request_latency_seconds_bucket{le="0.001",model="m",worker="w0"} 1.0
+reactantserver_worker_request_latency_seconds_bucket{le="+Inf",model="m",worker="w0"} 3.0
+reactantserver_worker_request_latency_seconds_count{model="m",worker="w0"} 3.0
+reactantserver_worker_request_latency_seconds_sum{model="m",worker="w0"} 0.5
+# HELP reactantserver_worker_queue_depth Queued requests.
+# TYPE reactantserver_worker_queue_depth gauge
+reactantserver_worker_queue_depth{model="m",worker="w0"} 0.0
 """
 
 WORKER1 = WORKER0.replace('worker="w0"', 'worker="w1"').replace(
@@ -43,31 +43,38 @@ def families(text: str) -> dict[str, tuple[str, list[tuple[str, dict[str, str], 
 def test_one_help_and_type_per_family_with_every_sources_samples_grouped() -> None:
     merged = merge_expositions([WORKER0.encode(), WORKER1])
     out = lines(merged)
-    assert sum(line.startswith("# HELP worker_requests_total ") for line in out) == 1
-    assert sum(line.startswith("# TYPE worker_request_latency_seconds ") for line in out) == 1
+    assert sum(line.startswith("# HELP reactantserver_worker_requests_total ") for line in out) == 1
+    assert (
+        sum(
+            line.startswith("# TYPE reactantserver_worker_request_latency_seconds ") for line in out
+        )
+        == 1
+    )
     # The first HELP wins.
-    assert "# HELP worker_requests_total Inference requests by final status." in out
+    assert "# HELP reactantserver_worker_requests_total Inference requests by final status." in out
     assert "Other help text." not in merged
     # Family order is first-seen; each family's samples are contiguous, source order kept.
-    start = out.index("# TYPE worker_request_latency_seconds histogram")
+    start = out.index("# TYPE reactantserver_worker_request_latency_seconds histogram")
     assert out[start + 1 : start + 9] == [
-        'worker_request_latency_seconds_bucket{le="0.001",model="m",worker="w0"} 1.0',
-        'worker_request_latency_seconds_bucket{le="+Inf",model="m",worker="w0"} 3.0',
-        'worker_request_latency_seconds_count{model="m",worker="w0"} 3.0',
-        'worker_request_latency_seconds_sum{model="m",worker="w0"} 0.5',
-        'worker_request_latency_seconds_bucket{le="0.001",model="m",worker="w1"} 1.0',
-        'worker_request_latency_seconds_bucket{le="+Inf",model="m",worker="w1"} 3.0',
-        'worker_request_latency_seconds_count{model="m",worker="w1"} 3.0',
-        'worker_request_latency_seconds_sum{model="m",worker="w1"} 0.5',
+        'reactantserver_worker_request_latency_seconds_bucket{le="0.001",model="m",worker="w0"} '
+        "1.0",
+        'reactantserver_worker_request_latency_seconds_bucket{le="+Inf",model="m",worker="w0"} 3.0',
+        'reactantserver_worker_request_latency_seconds_count{model="m",worker="w0"} 3.0',
+        'reactantserver_worker_request_latency_seconds_sum{model="m",worker="w0"} 0.5',
+        'reactantserver_worker_request_latency_seconds_bucket{le="0.001",model="m",worker="w1"} '
+        "1.0",
+        'reactantserver_worker_request_latency_seconds_bucket{le="+Inf",model="m",worker="w1"} 3.0',
+        'reactantserver_worker_request_latency_seconds_count{model="m",worker="w1"} 3.0',
+        'reactantserver_worker_request_latency_seconds_sum{model="m",worker="w1"} 0.5',
     ]
     assert merged.endswith("\n")
     parsed = families(merged)
     assert list(parsed) == [
-        "worker_requests",
-        "worker_request_latency_seconds",
-        "worker_queue_depth",
+        "reactantserver_worker_requests",
+        "reactantserver_worker_request_latency_seconds",
+        "reactantserver_worker_queue_depth",
     ]
-    kind, samples = parsed["worker_request_latency_seconds"]
+    kind, samples = parsed["reactantserver_worker_request_latency_seconds"]
     assert kind == "histogram"
     assert len(samples) == 8
     assert {s[1]["worker"] for s in samples} == {"w0", "w1"}
@@ -146,24 +153,30 @@ def test_prometheus_client_renders_merge_and_parse_back() -> None:
     bodies: list[bytes] = []
     for worker in ("w0", "w1", "w2"):
         registry = CollectorRegistry()
-        requests = Counter("worker_requests", "Requests.", ["model", "worker"], registry=registry)
+        requests = Counter(
+            "reactantserver_worker_requests", "Requests.", ["model", "worker"], registry=registry
+        )
         latency = Histogram(
             "worker_latency_seconds", "Latency.", ["worker"], buckets=(0.1, 1.0), registry=registry
         )
-        Gauge("worker_models_loaded", "Models.", ["worker"], registry=registry).labels(worker).set(
-            2
-        )
+        Gauge(
+            "reactantserver_worker_models_loaded", "Models.", ["worker"], registry=registry
+        ).labels(worker).set(2)
         requests.labels("m", worker).inc(3)
         latency.labels(worker).observe(0.5)
         bodies.append(generate_latest(registry))
     merged = merge_expositions(bodies)
     parsed = families(merged)
-    assert parsed["worker_requests"][0] == "counter"
-    assert [s[1]["worker"] for s in parsed["worker_requests"][1]] == ["w0", "w1", "w2"]
+    assert parsed["reactantserver_worker_requests"][0] == "counter"
+    assert [s[1]["worker"] for s in parsed["reactantserver_worker_requests"][1]] == [
+        "w0",
+        "w1",
+        "w2",
+    ]
     kind, samples = parsed["worker_latency_seconds"]
     assert kind == "histogram"
     assert len(samples) == 3 * 5  # three buckets, count and sum per worker
     assert (
         sum(line.startswith("# TYPE worker_latency_seconds_created") for line in lines(merged)) == 1
     )
-    assert [s[2] for s in parsed["worker_models_loaded"][1]] == [2.0, 2.0, 2.0]
+    assert [s[2] for s in parsed["reactantserver_worker_models_loaded"][1]] == [2.0, 2.0, 2.0]

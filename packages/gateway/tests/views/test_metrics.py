@@ -18,32 +18,32 @@ from reactantserver.gateway.views.metrics import (
 
 #: Spec 12 §Metrics/Gateway: family (as parsed: counters without ``_total``) -> type, labels.
 COMMON = {
-    "gateway_requests": ("counter", ("model", "rpc", "status")),
-    "gateway_request_latency_seconds": ("histogram", ("model", "rpc")),
-    "gateway_worker_latency_seconds": ("histogram", ("rpc", "worker")),
-    "gateway_routing_table_size": ("gauge", ()),
-    "gateway_worker_ready": ("gauge", ("worker",)),
-    "gateway_worker_lane": ("gauge", ("worker",)),
-    "gateway_worker_metrics_up": ("gauge", ("worker",)),
-    "gateway_inflight_requests": ("gauge", ()),
-    "gateway_requests_shed": ("counter", ()),
-    "gateway_max_concurrent_requests": ("gauge", ()),
-    "gateway_failovers": ("counter", ("from_worker", "model", "reason")),
+    "reactantserver_gateway_requests": ("counter", ("model", "rpc", "status")),
+    "reactantserver_gateway_request_latency_seconds": ("histogram", ("model", "rpc")),
+    "reactantserver_gateway_worker_latency_seconds": ("histogram", ("rpc", "worker")),
+    "reactantserver_gateway_routing_table_size": ("gauge", ()),
+    "reactantserver_gateway_worker_ready": ("gauge", ("worker",)),
+    "reactantserver_gateway_worker_lane": ("gauge", ("worker",)),
+    "reactantserver_gateway_worker_metrics_up": ("gauge", ("worker",)),
+    "reactantserver_gateway_inflight_requests": ("gauge", ()),
+    "reactantserver_gateway_requests_shed": ("counter", ()),
+    "reactantserver_gateway_max_concurrent_requests": ("gauge", ()),
+    "reactantserver_gateway_failovers": ("counter", ("from_worker", "model", "reason")),
 }
 LPT = {
-    "gateway_placement_weight": ("gauge", ("model", "worker")),
-    "gateway_model_utilization": ("gauge", ("model",)),
-    "gateway_model_replicas": ("gauge", ("model",)),
-    "gateway_replica_outstanding": ("gauge", ("model", "worker")),
-    "gateway_model_fill_quantum": ("gauge", ("model",)),
-    "gateway_repacks": ("counter", ("trigger",)),
-    "gateway_replica_routed": ("counter", ("model", "worker")),
-    "gateway_worker_inflight_work": ("gauge", ("basis", "worker")),
+    "reactantserver_gateway_placement_weight": ("gauge", ("model", "worker")),
+    "reactantserver_gateway_model_utilization": ("gauge", ("model",)),
+    "reactantserver_gateway_model_replicas": ("gauge", ("model",)),
+    "reactantserver_gateway_replica_outstanding": ("gauge", ("model", "worker")),
+    "reactantserver_gateway_model_fill_quantum": ("gauge", ("model",)),
+    "reactantserver_gateway_repacks": ("counter", ("trigger",)),
+    "reactantserver_gateway_replica_routed": ("counter", ("model", "worker")),
+    "reactantserver_gateway_worker_inflight_work": ("gauge", ("basis", "worker")),
 }
 MODEL_AWARE = {
-    "gateway_worker_inflight_work": ("gauge", ("basis", "worker")),
-    "gateway_model_aware_routes": ("counter", ("model", "placement")),
-    "gateway_worker_load_bandwidth_bytes_per_second": ("gauge", ("worker",)),
+    "reactantserver_gateway_worker_inflight_work": ("gauge", ("basis", "worker")),
+    "reactantserver_gateway_model_aware_routes": ("counter", ("model", "placement")),
+    "reactantserver_gateway_worker_load_bandwidth_bytes_per_second": ("gauge", ("worker",)),
 }
 
 
@@ -52,7 +52,7 @@ def parsed(metrics: GatewayMetrics) -> dict[str, tuple[str, list[Sample]]]:
     return {
         f.name: (f.type, list(f.samples))
         for f in text_string_to_metric_families(body)
-        if f.name.startswith("gateway_")
+        if f.name.startswith("reactantserver_gateway_")
     }
 
 
@@ -102,14 +102,14 @@ def test_policy_families_are_not_even_declared_under_round_robin() -> None:
     body = GatewayMetrics(mode="round_robin").render().decode()
     for name in LPT_FAMILIES | MODEL_AWARE_FAMILIES:
         assert name not in body
-    assert "gateway_worker_inflight_work" in LPT_FAMILIES & MODEL_AWARE_FAMILIES
+    assert "reactantserver_gateway_worker_inflight_work" in LPT_FAMILIES & MODEL_AWARE_FAMILIES
 
 
 def test_own_registry_no_created_samples_and_process_collectors() -> None:
     m = GatewayMetrics()
     touch_everything(m)
     assert m.registry is not REGISTRY
-    assert REGISTRY.get_sample_value("gateway_requests_total") is None
+    assert REGISTRY.get_sample_value("reactantserver_gateway_requests_total") is None
     body = m.render().decode()
     assert "_created" not in body
     assert "process_" in body or "python_info" in body
@@ -124,18 +124,22 @@ def test_observe_request_counts_by_code_name_and_latency_uses_worker_buckets() -
     m.observe_request("ServerLive", "", grpc.StatusCode.OK, 0.0001)
     value = m.registry.get_sample_value
     ok = {"rpc": "ModelInfer", "model": "m", "status": "OK"}
-    assert value("gateway_requests_total", ok) == 2
-    assert value("gateway_requests_total", {**ok, "status": "UNAVAILABLE"}) == 1
+    assert value("reactantserver_gateway_requests_total", ok) == 2
+    assert value("reactantserver_gateway_requests_total", {**ok, "status": "UNAVAILABLE"}) == 1
     live = {"rpc": "ServerLive", "model": "", "status": "OK"}
-    assert value("gateway_requests_total", live) == 1
+    assert value("reactantserver_gateway_requests_total", live) == 1
     lat = {"rpc": "ModelInfer", "model": "m"}
-    assert value("gateway_request_latency_seconds_count", lat) == 3
-    assert value("gateway_request_latency_seconds_bucket", {**lat, "le": "0.004"}) == 1
-    assert value("gateway_request_latency_seconds_bucket", {**lat, "le": "8.192"}) == 3
+    assert value("reactantserver_gateway_request_latency_seconds_count", lat) == 3
+    assert (
+        value("reactantserver_gateway_request_latency_seconds_bucket", {**lat, "le": "0.004"}) == 1
+    )
+    assert (
+        value("reactantserver_gateway_request_latency_seconds_bucket", {**lat, "le": "8.192"}) == 3
+    )
     assert tuple(0.001 * 2**k for k in range(14)) == LATENCY_BUCKETS
     les = {
         s.labels["le"]
-        for s in parsed(m)["gateway_request_latency_seconds"][1]
+        for s in parsed(m)["reactantserver_gateway_request_latency_seconds"][1]
         if s.name.endswith("_bucket")
     }
     assert len(les) == 15  # 14 bounds plus +Inf
@@ -149,10 +153,10 @@ def test_observe_worker_and_failover() -> None:
     m.failover("m", "w1", "UNAVAILABLE")
     value = m.registry.get_sample_value
     worker = {"rpc": "ModelInfer", "worker": "w1"}
-    assert value("gateway_worker_latency_seconds_count", worker) == 2
-    assert value("gateway_worker_latency_seconds_sum", worker) == pytest.approx(0.04)
+    assert value("reactantserver_gateway_worker_latency_seconds_count", worker) == 2
+    assert value("reactantserver_gateway_worker_latency_seconds_sum", worker) == pytest.approx(0.04)
     fail = {"model": "m", "from_worker": "w1", "reason": "UNAVAILABLE"}
-    assert value("gateway_failovers_total", fail) == 2
+    assert value("reactantserver_gateway_failovers_total", fail) == 2
 
 
 def test_forget_model_drops_its_request_series_only() -> None:
@@ -168,7 +172,11 @@ def test_forget_model_drops_its_request_series_only() -> None:
     m.observe_request("ModelInfer", "gone", grpc.StatusCode.OK, 0.01)
     value = m.registry.get_sample_value
     assert (
-        value("gateway_requests_total", {"rpc": "ModelInfer", "model": "gone", "status": "OK"}) == 1
+        value(
+            "reactantserver_gateway_requests_total",
+            {"rpc": "ModelInfer", "model": "gone", "status": "OK"},
+        )
+        == 1
     )
 
 
@@ -177,10 +185,10 @@ def test_set_placement_zeroes_dropped_pairs_and_counts_replicas() -> None:
     value = m.registry.get_sample_value
 
     def weight(model: str, worker: str) -> float | None:
-        return value("gateway_placement_weight", {"model": model, "worker": worker})
+        return value("reactantserver_gateway_placement_weight", {"model": model, "worker": worker})
 
     def replicas(model: str) -> float | None:
-        return value("gateway_model_replicas", {"model": model})
+        return value("reactantserver_gateway_model_replicas", {"model": model})
 
     m.set_placement({"a": {"w0": 1.0}, "b": {"w0": 0.5, "w1": 0.5}})
     assert (weight("a", "w0"), weight("b", "w0"), weight("b", "w1")) == (1.0, 0.5, 0.5)
@@ -196,7 +204,12 @@ def test_set_placement_zeroes_dropped_pairs_and_counts_replicas() -> None:
 def test_repack_triggers_start_at_zero_under_lpt() -> None:
     m = GatewayMetrics(mode="lpt_packing")
     for trigger in ("startup", "compute", "operator"):
-        assert m.registry.get_sample_value("gateway_repacks_total", {"trigger": trigger}) == 0
+        assert (
+            m.registry.get_sample_value(
+                "reactantserver_gateway_repacks_total", {"trigger": trigger}
+            )
+            == 0
+        )
 
 
 def test_policy_attributes_work_but_stay_hidden_in_other_modes() -> None:
@@ -204,16 +217,18 @@ def test_policy_attributes_work_but_stay_hidden_in_other_modes() -> None:
     m.set_placement({"a": {"w0": 1.0}})
     m.repacks_total.labels("compute").inc()
     assert (
-        m.registry.get_sample_value("gateway_placement_weight", {"model": "a", "worker": "w0"})
+        m.registry.get_sample_value(
+            "reactantserver_gateway_placement_weight", {"model": "a", "worker": "w0"}
+        )
         is None
     )
-    assert "gateway_repacks" not in m.render().decode()
+    assert "reactantserver_gateway_repacks" not in m.render().decode()
 
 
 def test_instances_are_independent_and_unknown_mode_is_refused() -> None:
     a, b = GatewayMetrics(), GatewayMetrics()
     a.observe_request("ModelInfer", "m", grpc.StatusCode.OK, 0.01)
     labels = {"rpc": "ModelInfer", "model": "m", "status": "OK"}
-    assert b.registry.get_sample_value("gateway_requests_total", labels) is None
+    assert b.registry.get_sample_value("reactantserver_gateway_requests_total", labels) is None
     with pytest.raises(ValueError, match="scheduling mode"):
         GatewayMetrics(mode="random")

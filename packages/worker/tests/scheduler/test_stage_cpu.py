@@ -1,4 +1,5 @@
-"""The scheduler's share of ``worker_stage_cpu_seconds_total``: queue and dispatch CPU by model.
+"""The scheduler's share of ``reactantserver_worker_stage_cpu_seconds_total``: queue and dispatch
+CPU by model.
 
 Thread CPU is real time (``time.thread_time_ns``), not the fake clock: the tests only say which
 counter moves, never by how much.

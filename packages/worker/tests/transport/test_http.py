@@ -82,12 +82,12 @@ def test_readyz_follows_server_ready(state: WorkerState) -> None:
 
 def test_metrics_serves_the_text_exposition(state: WorkerState) -> None:
     async def check(session: aiohttp.ClientSession, base: str) -> None:
-        for path in ("/metrics", "/metrics?name[]=worker_info&x=1"):
+        for path in ("/metrics", "/metrics?name[]=reactantserver_worker_info&x=1"):
             status, content_type, body = await get(session, base + path)
             assert status == 200
             assert content_type == CONTENT_TYPE
             families = {f.name: f for f in text_string_to_metric_families(body)}
-            (info,) = families["worker_info"].samples
+            (info,) = families["reactantserver_worker_info"].samples
             assert info.labels["worker"] == "w7"
             assert "process_cpu_seconds" in families
 

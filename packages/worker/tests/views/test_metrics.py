@@ -43,11 +43,11 @@ DEVICE_BYTES = 1 << 20  # bytes the mock device holds
 
 # Families present with no runtime (besides the default process/gc/platform collectors).
 IDENTITY = {
-    "worker_info",
-    "worker_inflight_requests",
-    "worker_requests_shed",
-    "worker_max_concurrent_requests",
-    "worker_models_loaded",
+    "reactantserver_worker_info",
+    "reactantserver_worker_inflight_requests",
+    "reactantserver_worker_requests_shed",
+    "reactantserver_worker_max_concurrent_requests",
+    "reactantserver_worker_models_loaded",
 }
 
 
@@ -112,7 +112,7 @@ def test_before_the_runtime_only_identity_and_limits_are_exposed() -> None:
     state = WorkerState(WorkerConfig(), version="1.2.3")
     metrics = WorkerMetrics(state, environ={})
     names = families(metrics)
-    ours = {n for n in names if n.startswith("worker_")}
+    ours = {n for n in names if n.startswith("reactantserver_worker_")}
     assert ours == IDENTITY
     assert any(n.startswith("process_") for n in names)
     assert any(n.startswith("python_gc_") for n in names)
@@ -121,7 +121,7 @@ def test_before_the_runtime_only_identity_and_limits_are_exposed() -> None:
     for sample in samples:
         assert sample.labels.get("worker") == "worker", sample
         assert "gpu" not in sample.labels
-    info = named(samples, "worker_info")[0]
+    info = named(samples, "reactantserver_worker_info")[0]
     assert info.value == 1
     assert info.labels == {
         "worker": "worker",
@@ -132,8 +132,8 @@ def test_before_the_runtime_only_identity_and_limits_are_exposed() -> None:
         "residency_mode": "self_managed",
         "version": "1.2.3",
     }
-    assert value(samples, "worker_max_concurrent_requests") == 64
-    assert value(samples, "worker_models_loaded") == 0
+    assert value(samples, "reactantserver_worker_max_concurrent_requests") == 64
+    assert value(samples, "reactantserver_worker_models_loaded") == 0
     assert metrics.render().endswith(b"\n")
     assert CONTENT_TYPE == "text/plain; version=0.0.4; charset=utf-8"
 
@@ -151,7 +151,7 @@ def test_on_cuda_every_sample_carries_worker_and_gpu_once() -> None:
     for sample in samples:
         assert sample.labels["worker"] == "w1", sample
         assert sample.labels["gpu"] == "GPU-b", sample
-    info = named(samples, "worker_info")[0].labels
+    info = named(samples, "reactantserver_worker_info")[0].labels
     assert (info["backend"], info["device_ordinal"]) == ("cuda", "1")
     assert info["residency_mode"] == "externally_managed"
     assert info["control_mode"] == "explicit"
@@ -175,9 +175,17 @@ def test_requests_count_by_status_with_latency_buckets() -> None:
     state.requests.observe("plain", grpc.StatusCode.OK, 0.020, 0, 0)
     state.requests.observe("plain", grpc.StatusCode.INVALID_ARGUMENT, 100.0, 0, 0)
     samples = scrape(metrics)
-    assert value(samples, "worker_requests_total", model="plain", status="OK") == 2
-    assert value(samples, "worker_requests_total", model="plain", status="INVALID_ARGUMENT") == 1
-    buckets = named(samples, "worker_request_latency_seconds_bucket")
+    assert value(samples, "reactantserver_worker_requests_total", model="plain", status="OK") == 2
+    assert (
+        value(
+            samples,
+            "reactantserver_worker_requests_total",
+            model="plain",
+            status="INVALID_ARGUMENT",
+        )
+        == 1
+    )
+    buckets = named(samples, "reactantserver_worker_request_latency_seconds_bucket")
     bounds = [float(s.labels["le"]) for s in buckets]
     assert bounds == [*LATENCY_BUCKETS, float("inf")]
     assert bounds[0] == 0.001
@@ -188,10 +196,10 @@ def test_requests_count_by_status_with_latency_buckets() -> None:
     assert counts["0.032"] == 2
     assert counts["8.192"] == 2
     assert counts["+Inf"] == 3
-    assert value(samples, "worker_request_latency_seconds_count", model="plain") == 3
-    assert value(samples, "worker_request_latency_seconds_sum", model="plain") == pytest.approx(
-        100.0215
-    )
+    assert value(samples, "reactantserver_worker_request_latency_seconds_count", model="plain") == 3
+    assert value(
+        samples, "reactantserver_worker_request_latency_seconds_sum", model="plain"
+    ) == pytest.approx(100.0215)
     assert not [s for s in samples if s.name.endswith("_created")]
 
 
@@ -200,8 +208,8 @@ def test_unknown_models_create_no_series() -> None:
     metrics = WorkerMetrics(state, environ={})
     metrics.observe_request("nope", grpc.StatusCode.NOT_FOUND, 0.001, 0, 0)
     samples = scrape(metrics)
-    assert not named(samples, "worker_requests_total")
-    assert not named(samples, "worker_request_latency_seconds_count")
+    assert not named(samples, "reactantserver_worker_requests_total")
+    assert not named(samples, "reactantserver_worker_request_latency_seconds_count")
 
 
 def test_forget_model_removes_its_series_only() -> None:
@@ -217,10 +225,13 @@ def test_forget_model_removes_its_series_only() -> None:
     metrics.forget_model("never-seen")
     metrics.observe_request("a", grpc.StatusCode.OK, 0.01, 0, 0)  # late: no longer registered
     samples = scrape(metrics)
-    per_model = ("worker_requests_total", "worker_request_latency_seconds_count")
+    per_model = (
+        "reactantserver_worker_requests_total",
+        "reactantserver_worker_request_latency_seconds_count",
+    )
     models = {s.labels["model"] for s in samples if s.name in per_model}
     assert models == {"b"}
-    assert value(samples, "worker_requests_total", model="b", status="OK") == 1
+    assert value(samples, "reactantserver_worker_requests_total", model="b", status="OK") == 1
 
 
 # -- state -----------------------------------------------------------------------------------
@@ -237,17 +248,18 @@ def test_loads_and_limiter() -> None:
     state.record_load("bad", 0.75, ok=False)
     metrics = WorkerMetrics(state, environ={})
     samples = scrape(metrics)
-    assert value(samples, "worker_inflight_requests") == 1
-    assert value(samples, "worker_requests_shed_total") == 1
-    assert value(samples, "worker_max_concurrent_requests") == 1
-    assert value(samples, "worker_model_load_seconds", model="good") == 1.25
-    assert value(samples, "worker_model_load_seconds", model="bad") == 0.75
-    assert value(samples, "worker_model_load_failures_total", model="bad") == 2
-    assert value(samples, "worker_model_load_failures_total", model="good") == 0
+    assert value(samples, "reactantserver_worker_inflight_requests") == 1
+    assert value(samples, "reactantserver_worker_requests_shed_total") == 1
+    assert value(samples, "reactantserver_worker_max_concurrent_requests") == 1
+    assert value(samples, "reactantserver_worker_model_load_seconds", model="good") == 1.25
+    assert value(samples, "reactantserver_worker_model_load_seconds", model="bad") == 0.75
+    assert value(samples, "reactantserver_worker_model_load_failures_total", model="bad") == 2
+    assert value(samples, "reactantserver_worker_model_load_failures_total", model="good") == 0
     state.forget_load("bad")
-    assert {s.labels["model"] for s in named(scrape(metrics), "worker_model_load_seconds")} == {
-        "good"
-    }
+    assert {
+        s.labels["model"]
+        for s in named(scrape(metrics), "reactantserver_worker_model_load_seconds")
+    } == {"good"}
 
 
 def test_device_memory_pinned_weights_and_nvml(pool: concurrent.futures.ThreadPoolExecutor) -> None:
@@ -262,37 +274,39 @@ def test_device_memory_pinned_weights_and_nvml(pool: concurrent.futures.ThreadPo
         state.registry.put(ready(name))
     metrics = WorkerMetrics(state, environ={}, process_memory=lambda: (1 << 20) + 7)
     samples = scrape(metrics)
-    assert value(samples, "worker_model_pinned", model="pinned") == 1
-    assert value(samples, "worker_model_resident", model="pinned") == 1
-    assert value(samples, "worker_model_weight_bytes", model="pinned") == 1000
-    assert value(samples, "worker_model_pinned", model="lazy") == 0
-    assert value(samples, "worker_model_resident", model="lazy") == 1
+    assert value(samples, "reactantserver_worker_model_pinned", model="pinned") == 1
+    assert value(samples, "reactantserver_worker_model_resident", model="pinned") == 1
+    assert value(samples, "reactantserver_worker_model_weight_bytes", model="pinned") == 1000
+    assert value(samples, "reactantserver_worker_model_pinned", model="lazy") == 0
+    assert value(samples, "reactantserver_worker_model_resident", model="lazy") == 1
     assert not [s for s in samples if s.labels.get("model") == "unlisted"]
-    assert value(samples, "worker_models_resident") == 3
-    assert value(samples, "worker_models_loaded") == 2
-    assert value(samples, "worker_resident_weight_bytes") == 1305
-    assert value(samples, "worker_weight_cache_resident_bytes") == 300
-    assert value(samples, "worker_weight_cache_pinned_bytes") == 1005
-    assert value(samples, "worker_weight_cache_max_bytes") == 4096
-    assert value(samples, "worker_weight_loads_total") == 3
-    assert value(samples, "worker_weight_load_bytes_total") == 1305
-    assert value(samples, "worker_device_memory_limit_bytes") == 1 << 20
-    assert value(samples, "worker_device_memory_in_use_bytes") == 1305
-    assert value(samples, "worker_device_memory_free_bytes") == (1 << 20) - 1305
-    assert value(samples, "worker_device_memory_peak_in_use_bytes") >= 1305
-    assert value(samples, "worker_device_memory_pool_bytes") == 0
-    assert value(samples, "worker_device_memory_process_used_bytes") == (1 << 20) + 7
-    assert value(samples, "worker_device_memory_out_of_pool_bytes") == 7
-    assert value(samples, "worker_executable_cache_hits_total") == 0
-    assert value(samples, "worker_executable_cache_misses_total") == 0
+    assert value(samples, "reactantserver_worker_models_resident") == 3
+    assert value(samples, "reactantserver_worker_models_loaded") == 2
+    assert value(samples, "reactantserver_worker_resident_weight_bytes") == 1305
+    assert value(samples, "reactantserver_worker_weight_cache_resident_bytes") == 300
+    assert value(samples, "reactantserver_worker_weight_cache_pinned_bytes") == 1005
+    assert value(samples, "reactantserver_worker_weight_cache_max_bytes") == 4096
+    assert value(samples, "reactantserver_worker_weight_loads_total") == 3
+    assert value(samples, "reactantserver_worker_weight_load_bytes_total") == 1305
+    assert value(samples, "reactantserver_worker_device_memory_limit_bytes") == 1 << 20
+    assert value(samples, "reactantserver_worker_device_memory_in_use_bytes") == 1305
+    assert value(samples, "reactantserver_worker_device_memory_free_bytes") == (1 << 20) - 1305
+    assert value(samples, "reactantserver_worker_device_memory_peak_in_use_bytes") >= 1305
+    assert value(samples, "reactantserver_worker_device_memory_pool_bytes") == 0
+    assert value(samples, "reactantserver_worker_device_memory_process_used_bytes") == (1 << 20) + 7
+    assert value(samples, "reactantserver_worker_device_memory_out_of_pool_bytes") == 7
+    assert value(samples, "reactantserver_worker_executable_cache_hits_total") == 0
+    assert value(samples, "reactantserver_worker_executable_cache_misses_total") == 0
     names = families(metrics)
-    assert "worker_weight_cache_max_scratch_bytes" not in names  # no solved budget
+    assert "reactantserver_worker_weight_cache_max_scratch_bytes" not in names  # no solved budget
     runtime.weights.set_budget_policy(BudgetPolicy(arena=1 << 20, fraction=0.5, wiggle=0.1))
     solved = runtime.weights.budget_solution
     assert solved is not None
     samples = scrape(metrics)
-    assert value(samples, "worker_weight_pool_bytes") == solved.weight_pool
-    assert value(samples, "worker_weight_cache_max_scratch_bytes") == solved.max_scratch
+    assert value(samples, "reactantserver_worker_weight_pool_bytes") == solved.weight_pool
+    assert (
+        value(samples, "reactantserver_worker_weight_cache_max_scratch_bytes") == solved.max_scratch
+    )
 
 
 def test_without_the_cache_or_device_stats_those_series_are_absent(
@@ -304,12 +318,12 @@ def test_without_the_cache_or_device_stats_those_series_are_absent(
     state.registry.put(ready("m"))
     metrics = WorkerMetrics(state, environ={})
     names = families(metrics)
-    assert not [n for n in names if n.startswith("worker_weight_cache_")]
-    assert not [n for n in names if n.startswith("worker_device_memory_")]
-    assert "worker_weight_pool_bytes" not in names
+    assert not [n for n in names if n.startswith("reactantserver_worker_weight_cache_")]
+    assert not [n for n in names if n.startswith("reactantserver_worker_device_memory_")]
+    assert "reactantserver_worker_weight_pool_bytes" not in names
     samples = scrape(metrics)
-    assert value(samples, "worker_model_resident", model="m") == 1
-    assert value(samples, "worker_weight_loads_total") == 1
+    assert value(samples, "reactantserver_worker_model_resident", model="m") == 1
+    assert value(samples, "reactantserver_worker_weight_loads_total") == 1
 
 
 # -- a real runtime --------------------------------------------------------------------------
@@ -352,34 +366,54 @@ def test_scheduler_and_runtime_series_after_real_requests(live: WorkerState) -> 
         assert sample.labels["worker"] == "w0"
         assert "gpu" not in sample.labels
     plain = {"model": "plain"}
-    assert value(samples, "worker_requests_total", status="OK", **plain) == 3
-    assert value(samples, "worker_dispatch_total", **plain) == 3
-    assert value(samples, "worker_requests_served_total", **plain) == 3
-    assert value(samples, "worker_rows_served_total", **plain) == 6
-    assert value(samples, "worker_requests_cancelled_total", **plain) == 0
-    assert value(samples, "worker_compute_seconds_total", **plain) > 0
-    assert value(samples, "worker_batch_dispatch_total", batch_size="1", **plain) == 1
-    assert value(samples, "worker_batch_dispatch_total", batch_size="4", **plain) == 2
-    assert value(samples, "worker_queue_depth", **plain) == 0
-    p50 = value(samples, "worker_queue_wait_seconds", quantile="0.5", **plain)
-    p99 = value(samples, "worker_queue_wait_seconds", quantile="0.99", **plain)
-    assert 0 <= p50 <= p99
-    assert value(samples, "worker_model_max_batch_size", **plain) == 4
-    assert value(samples, "worker_model_resident", **plain) == 1
-    assert value(samples, "worker_model_pinned", **plain) == 0
-    assert value(samples, "worker_model_weight_bytes", **plain) == W.nbytes
-    assert value(samples, "worker_weight_loads_total") == 1
-    assert value(samples, "worker_weight_cache_resident_bytes") == W.nbytes
-    assert value(samples, "worker_models_loaded") == 1  # "compiling" is not READY
-    assert value(samples, "worker_executable_cache_misses_total") == 2
-    assert value(samples, "worker_executable_cache_hits_total") == 0
-    assert value(samples, "worker_inflight_requests") == 0
-    info = named(samples, "worker_info")[0].labels
+    assert value(samples, "reactantserver_worker_requests_total", status="OK", **plain) == 3
+    assert value(samples, "reactantserver_worker_dispatch_total", **plain) == 3
+    assert value(samples, "reactantserver_worker_requests_served_total", **plain) == 3
+    assert value(samples, "reactantserver_worker_rows_served_total", **plain) == 6
+    assert value(samples, "reactantserver_worker_requests_cancelled_total", **plain) == 0
+    assert value(samples, "reactantserver_worker_compute_seconds_total", **plain) > 0
+    assert (
+        value(samples, "reactantserver_worker_batch_dispatch_total", batch_size="1", **plain) == 1
+    )
+    assert (
+        value(samples, "reactantserver_worker_batch_dispatch_total", batch_size="4", **plain) == 2
+    )
+    assert value(samples, "reactantserver_worker_queue_depth", **plain) == 0
+    # Histograms (aggregatable), not quantile gauges: 3 queue waits, 3 executions each split
+    # into input, infer and output.
+    assert value(samples, "reactantserver_worker_queue_wait_seconds_count", **plain) == 3
+    assert (
+        value(samples, "reactantserver_worker_queue_wait_seconds_bucket", le="+Inf", **plain) == 3
+    )
+    assert value(samples, "reactantserver_worker_queue_wait_seconds_sum", **plain) >= 0
+    for stage in ("input", "infer", "output"):
+        assert value(samples, f"reactantserver_worker_compute_{stage}_seconds_count", **plain) == 3
+    assert value(samples, "reactantserver_worker_compute_infer_seconds_sum", **plain) > 0
+    buckets = [
+        s.value
+        for s in named(samples, "reactantserver_worker_compute_infer_seconds_bucket")
+        if s.labels["model"] == "plain"
+    ]
+    assert buckets == sorted(buckets)
+    assert buckets[-1] == 3
+    assert value(samples, "reactantserver_worker_model_max_batch_size", **plain) == 4
+    assert value(samples, "reactantserver_worker_model_resident", **plain) == 1
+    assert value(samples, "reactantserver_worker_model_pinned", **plain) == 0
+    assert value(samples, "reactantserver_worker_model_weight_bytes", **plain) == W.nbytes
+    assert value(samples, "reactantserver_worker_weight_loads_total") == 1
+    assert value(samples, "reactantserver_worker_weight_cache_resident_bytes") == W.nbytes
+    assert value(samples, "reactantserver_worker_models_loaded") == 1  # "compiling" is not READY
+    assert value(samples, "reactantserver_worker_executable_cache_misses_total") == 2
+    assert value(samples, "reactantserver_worker_executable_cache_hits_total") == 0
+    assert value(samples, "reactantserver_worker_inflight_requests") == 0
+    info = named(samples, "reactantserver_worker_info")[0].labels
     assert (info["backend"], info["version"]) == ("cpu", "0.1.0")
     names = families(metrics)
-    assert not [n for n in names if n.startswith("worker_device_memory_")]  # CPU, no NVML
-    assert value(samples, "worker_meta_gate_in_use") == 0
-    assert value(samples, "worker_meta_gate_waiting") == 0
+    assert not [
+        n for n in names if n.startswith("reactantserver_worker_device_memory_")
+    ]  # CPU, no NVML
+    assert value(samples, "reactantserver_worker_meta_gate_in_use") == 0
+    assert value(samples, "reactantserver_worker_meta_gate_waiting") == 0
 
 
 def test_unloaded_models_lose_their_per_model_series(live: WorkerState) -> None:
@@ -395,5 +429,5 @@ def test_unloaded_models_lose_their_per_model_series(live: WorkerState) -> None:
     metrics.forget_model("plain")
     samples = scrape(metrics)
     assert not [s for s in samples if s.labels.get("model") == "plain"]
-    assert value(samples, "worker_models_resident") == 1  # the device still holds it
-    assert value(samples, "worker_weight_loads_total") == 1
+    assert value(samples, "reactantserver_worker_models_resident") == 1  # the device still holds it
+    assert value(samples, "reactantserver_worker_weight_loads_total") == 1

@@ -1,4 +1,5 @@
-"""``worker_stage_cpu_seconds_total``: real requests through the gRPC handler move every stage.
+"""``reactantserver_worker_stage_cpu_seconds_total``: real requests through the gRPC handler move
+every stage.
 
 A started world (one compiled jax bundle, the scheduler running) serves ``ModelInferRequest``
 messages through :meth:`InferenceService.serve`, the path gRPC and REST share; the family is
@@ -25,7 +26,7 @@ from reactantserver.core.protocol import grpc_service_pb2 as pb
 from reactantserver.worker.transport.inference import InferenceService
 from reactantserver.worker.views.metrics import CPU_STAGES, WorkerMetrics
 
-FAMILY = "worker_stage_cpu_seconds"
+FAMILY = "reactantserver_worker_stage_cpu_seconds"
 X = Tensor("x", "f32", "nk", {"k": 2})
 Y = Tensor("y", "f32", "nk", {"k": 2})
 W = np.array([10.0, 100.0], np.float32)

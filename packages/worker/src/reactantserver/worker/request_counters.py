@@ -4,7 +4,8 @@ Every inference request ends in one :meth:`RequestCounters.observe` call: its fi
 its handler seconds and the CPU of its decode and encode. That is one lock and a few integer
 additions, where a ``prometheus_client`` counter plus histogram took five locks and a Python
 loop over the buckets. :meth:`RequestCounters.collect` turns the totals into the families
-``worker_requests_total{model, status}`` and ``worker_request_latency_seconds{model}``, exactly
+``reactantserver_worker_requests_total{model, status}`` and
+``reactantserver_worker_request_latency_seconds{model}``, exactly
 as those client-side metrics would render them::
 
     counters = RequestCounters(known=lambda name: registry.get(name) is not None)
@@ -22,9 +23,11 @@ import grpc
 from prometheus_client import utils as _prometheus_utils
 from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
 
+from reactantserver.worker.scheduler.stats import DURATION_BUCKETS
+
 __all__ = ["LATENCY_BUCKETS", "RequestCounters"]
 
-LATENCY_BUCKETS = tuple(0.001 * 2**k for k in range(14))
+LATENCY_BUCKETS = DURATION_BUCKETS
 """Upper bounds of the latency histogram: ``0.001 * 2**k`` s, k = 0..13 (``+Inf`` implied)."""
 
 _OK = grpc.StatusCode.OK
@@ -94,14 +97,18 @@ class RequestCounters:
             return {name: (s.decode_ns, s.encode_ns) for name, s in self._series.items()}
 
     def collect(self) -> Iterator[Metric]:
-        """``worker_requests_total`` and ``worker_request_latency_seconds`` as they stand."""
+        """``reactantserver_worker_requests_total`` and
+        ``reactantserver_worker_request_latency_seconds`` as they stand.
+        """
         requests = CounterMetricFamily(
-            "worker_requests_total",
+            "reactantserver_worker_requests_total",
             "Inference requests by final status.",
             labels=["model", "status"],
         )
         latency = HistogramMetricFamily(
-            "worker_request_latency_seconds", "Inference handler wall time.", labels=["model"]
+            "reactantserver_worker_request_latency_seconds",
+            "Inference handler wall time.",
+            labels=["model"],
         )
         with self._lock:
             rows = [

@@ -94,8 +94,8 @@ class WorkerState:
     loads: dict[str, ModelLoadRecord] = attrs.Factory(dict)
     requests: RequestCounters = attrs.field()
     """Every finished inference request, counted once by the transport that answered it
-    (``observe``; with the decode and encode stages of ``worker_stage_cpu_seconds``); a model
-    name that leaves (unload, rename) drops its series (``forget``). ``/metrics`` reads them."""
+    (``observe``; with the decode and encode stages of the stage CPU family); a model name
+    that leaves (unload, rename) drops its series (``forget``). ``/metrics`` reads them."""
     meta_floors: dict[str, Residency] = attrs.Factory(dict)
     """The residency last set on each meta with ``SetModelResidency`` (07 §Visibility)."""
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)

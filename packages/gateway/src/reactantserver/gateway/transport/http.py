@@ -1,7 +1,8 @@
 """The gateway's HTTP port: aggregated ``/metrics``, ``/healthz``, ``/readyz``, REST (08, 12).
 
 ``GET /metrics`` scrapes every worker's ``/metrics`` concurrently (one shared client session,
-opened on start-up and closed on cleanup), records ``gateway_worker_metrics_up{worker}`` and
+opened on start-up and closed on cleanup), records
+``reactantserver_gateway_worker_metrics_up{worker}`` and
 answers the gateway's own series followed by the workers' (:func:`merge_expositions`). With a
 ``rest`` backend, ``/v2/...`` is the inference service over KServe V2 REST
 (:mod:`reactantserver.gateway.transport.rest`). Every other path, and every method but

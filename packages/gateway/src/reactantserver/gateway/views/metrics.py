@@ -15,12 +15,15 @@ Decisions the spec leaves open:
 * Families of a policy (:data:`LPT_FAMILIES`, :data:`MODEL_AWARE_FAMILIES`) are registered only
   in that ``mode``; in the others their attributes still exist and accept updates, but nothing
   is exported (a labelled family without children would still print its ``HELP``/``TYPE``).
-  ``gateway_worker_inflight_work`` is in both policies' sets, so absent under ``round_robin``.
-* ``gateway_repacks_total`` starts with its three triggers at 0 (lpt), so rates work from the
+  ``reactantserver_gateway_worker_inflight_work`` is in both policies' sets, so absent under
+  ``round_robin``.
+* ``reactantserver_gateway_repacks_total`` starts with its three triggers at 0 (lpt), so rates work
+  from the
   first repack.
 * ``*_created`` series are dropped, like the worker's; the process, GC and platform collectors
   are included (an ordinary per-process registry, no multiprocess mode).
-* :meth:`GatewayMetrics.set_placement` also sets ``gateway_model_replicas`` (the number of
+* :meth:`GatewayMetrics.set_placement` also sets ``reactantserver_gateway_model_replicas`` (the
+  number of
   workers with a positive weight; 0 for a dropped model).
 """
 
@@ -61,27 +64,27 @@ MODES = ("round_robin", "lpt_packing", "model_aware")
 """The ``scheduling.mode`` values :class:`GatewayMetrics` accepts."""
 
 REPACK_TRIGGERS = ("startup", "compute", "operator")
-"""The ``trigger`` label values of ``gateway_repacks_total``."""
+"""The ``trigger`` label values of ``reactantserver_gateway_repacks_total``."""
 
 LPT_FAMILIES = frozenset(
     {
-        "gateway_placement_weight",
-        "gateway_model_utilization",
-        "gateway_model_replicas",
-        "gateway_replica_outstanding",
-        "gateway_model_fill_quantum",
-        "gateway_repacks_total",
-        "gateway_replica_routed_total",
-        "gateway_worker_inflight_work",
+        "reactantserver_gateway_placement_weight",
+        "reactantserver_gateway_model_utilization",
+        "reactantserver_gateway_model_replicas",
+        "reactantserver_gateway_replica_outstanding",
+        "reactantserver_gateway_model_fill_quantum",
+        "reactantserver_gateway_repacks_total",
+        "reactantserver_gateway_replica_routed_total",
+        "reactantserver_gateway_worker_inflight_work",
     }
 )
 """Families exported only under ``lpt_packing``."""
 
 MODEL_AWARE_FAMILIES = frozenset(
     {
-        "gateway_worker_inflight_work",
-        "gateway_model_aware_routes_total",
-        "gateway_worker_load_bandwidth_bytes_per_second",
+        "reactantserver_gateway_worker_inflight_work",
+        "reactantserver_gateway_model_aware_routes_total",
+        "reactantserver_gateway_worker_load_bandwidth_bytes_per_second",
     }
 )
 """Families exported only under ``model_aware``."""
@@ -128,76 +131,104 @@ class GatewayMetrics:
             return Histogram(name, doc, labels, buckets=LATENCY_BUCKETS, registry=self.registry)
 
         self.requests_total = counter(
-            "gateway_requests_total",
+            "reactantserver_gateway_requests_total",
             "Requests by RPC, model and final status.",
             "rpc",
             "model",
             "status",
         )
         self.request_latency_seconds = histogram(
-            "gateway_request_latency_seconds", "Gateway handler wall time.", "rpc", "model"
+            "reactantserver_gateway_request_latency_seconds",
+            "Gateway handler wall time.",
+            "rpc",
+            "model",
         )
         self.worker_latency_seconds = histogram(
-            "gateway_worker_latency_seconds", "Wall time of calls to a worker.", "rpc", "worker"
+            "reactantserver_gateway_worker_latency_seconds",
+            "Wall time of calls to a worker.",
+            "rpc",
+            "worker",
         )
-        self.routing_table_size = gauge("gateway_routing_table_size", "Models with a route.")
-        self.worker_ready = gauge("gateway_worker_ready", "1 if the worker is ready.", "worker")
+        self.routing_table_size = gauge(
+            "reactantserver_gateway_routing_table_size", "Models with a route."
+        )
+        self.worker_ready = gauge(
+            "reactantserver_gateway_worker_ready", "1 if the worker is ready.", "worker"
+        )
         self.worker_lane = gauge(
-            "gateway_worker_lane",
+            "reactantserver_gateway_worker_lane",
             "1 if ModelInfer goes to the worker over its forwarding lane (0: gRPC).",
             "worker",
         )
         self.worker_metrics_up = gauge(
-            "gateway_worker_metrics_up", "1 if the last scrape of the worker succeeded.", "worker"
+            "reactantserver_gateway_worker_metrics_up",
+            "1 if the last scrape of the worker succeeded.",
+            "worker",
         )
-        self.inflight_requests = gauge("gateway_inflight_requests", "Inference requests in flight.")
+        self.inflight_requests = gauge(
+            "reactantserver_gateway_inflight_requests", "Inference requests in flight."
+        )
         self.requests_shed_total = counter(
-            "gateway_requests_shed_total", "Requests refused with RESOURCE_EXHAUSTED (inbound cap)."
+            "reactantserver_gateway_requests_shed_total",
+            "Requests refused with RESOURCE_EXHAUSTED (inbound cap).",
         )
         self.max_concurrent_requests = gauge(
-            "gateway_max_concurrent_requests", "Configured inbound cap (0: unlimited)."
+            "reactantserver_gateway_max_concurrent_requests",
+            "Configured inbound cap (0: unlimited).",
         )
         self.failovers_total = counter(
-            "gateway_failovers_total",
+            "reactantserver_gateway_failovers_total",
             "Requests retried on another worker.",
             "model",
             "from_worker",
             "reason",
         )
         self.placement_weight = gauge(
-            "gateway_placement_weight",
+            "reactantserver_gateway_placement_weight",
             "Share of the model's traffic (0: unplaced).",
             "model",
             "worker",
         )
         self.model_utilization = gauge(
-            "gateway_model_utilization", "Estimated device share the model uses.", "model"
+            "reactantserver_gateway_model_utilization",
+            "Estimated device share the model uses.",
+            "model",
         )
-        self.model_replicas = gauge("gateway_model_replicas", "Workers placed.", "model")
+        self.model_replicas = gauge(
+            "reactantserver_gateway_model_replicas", "Workers placed.", "model"
+        )
         self.replica_outstanding = gauge(
-            "gateway_replica_outstanding", "In-flight items per replica.", "model", "worker"
+            "reactantserver_gateway_replica_outstanding",
+            "In-flight items per replica.",
+            "model",
+            "worker",
         )
         self.model_fill_quantum = gauge(
-            "gateway_model_fill_quantum", "Items per fill run (Q).", "model"
+            "reactantserver_gateway_model_fill_quantum", "Items per fill run (Q).", "model"
         )
-        self.repacks_total = counter("gateway_repacks_total", "Repacks by trigger.", "trigger")
+        self.repacks_total = counter(
+            "reactantserver_gateway_repacks_total", "Repacks by trigger.", "trigger"
+        )
         self.replica_routed_total = counter(
-            "gateway_replica_routed_total", "Requests routed per replica.", "model", "worker"
+            "reactantserver_gateway_replica_routed_total",
+            "Requests routed per replica.",
+            "model",
+            "worker",
         )
         self.worker_inflight_work = gauge(
-            "gateway_worker_inflight_work",
+            "reactantserver_gateway_worker_inflight_work",
             "Reserved work in flight per worker.",
             "worker",
             "basis",
         )
         self.model_aware_routes_total = counter(
-            "gateway_model_aware_routes_total",
+            "reactantserver_gateway_model_aware_routes_total",
             "model_aware routes by placement.",
             "model",
             "placement",
         )
         self.worker_load_bandwidth_bytes_per_second = gauge(
-            "gateway_worker_load_bandwidth_bytes_per_second",
+            "reactantserver_gateway_worker_load_bandwidth_bytes_per_second",
             "Estimated weight-load bandwidth of the worker.",
             "worker",
         )

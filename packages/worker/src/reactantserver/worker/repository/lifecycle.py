@@ -11,7 +11,7 @@ commands, so the other models keep being served between them:
 4. the retired generation's weights and file handles are freed after its last request.
 
 A failed reload leaves the old generation serving; the error is logged, counted
-(``worker_model_load_failures_total``) and shown as the ``RepositoryIndex`` reason::
+(``reactantserver_worker_model_load_failures_total``) and shown as the ``RepositoryIndex`` reason::
 
     lifecycle = ModelLifecycle(state, runtime)
     lifecycle.install("mlp", seen)          # first load or reload; raises on failure

@@ -20,7 +20,7 @@ __all__ = ["InflightLimiter"]
 class InflightLimiter:
     """Counts in-flight inference requests; ``limit`` 0 means unlimited.
 
-    ``shed`` counts refusals (``worker_requests_shed_total``).
+    ``shed`` counts refusals (``reactantserver_worker_requests_shed_total``).
     """
 
     def __init__(self, limit: int) -> None:

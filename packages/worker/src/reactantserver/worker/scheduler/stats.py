@@ -6,13 +6,26 @@ dispatch; readers take a :class:`StatsSnapshot` (an immutable copy) under the sa
 
 from __future__ import annotations
 
+import bisect
 import collections
 import math
 from collections.abc import Mapping, Sequence
 
 import attrs
 
-__all__ = ["QUEUE_WAIT_SAMPLES", "BatchStats", "ModelStats", "StatsSnapshot", "nearest_rank"]
+__all__ = [
+    "DURATION_BUCKETS",
+    "QUEUE_WAIT_SAMPLES",
+    "BatchStats",
+    "Durations",
+    "ModelStats",
+    "StatsSnapshot",
+    "nearest_rank",
+]
+
+DURATION_BUCKETS = tuple(0.001 * 2**k for k in range(14))
+"""Upper bounds of every duration histogram the worker exports: ``0.001 * 2**k`` s, k = 0..13
+(1 ms to ~8 s; ``+Inf`` implied)."""
 
 QUEUE_WAIT_SAMPLES = 1024
 """Queue waits kept per model for the percentiles (a ring of the most recent)."""
@@ -25,6 +38,27 @@ def nearest_rank(samples: Sequence[float], q: float) -> float:
     ordered = sorted(samples)
     rank = max(1, math.ceil(q * len(ordered)))
     return ordered[rank - 1]
+
+
+@attrs.frozen
+class Durations:
+    """A histogram of durations over :data:`DURATION_BUCKETS`: per-bucket (not cumulative)
+    counts, the last one ``+Inf``, and the sum of the observed seconds."""
+
+    counts: tuple[int, ...] = (0,) * (len(DURATION_BUCKETS) + 1)
+    total: float = 0.0
+
+    @property
+    def count(self) -> int:
+        """Observations so far."""
+        return sum(self.counts)
+
+    def observed(self, *seconds: float) -> Durations:
+        """This histogram with ``seconds`` added."""
+        counts = list(self.counts)
+        for value in seconds:
+            counts[bisect.bisect_left(DURATION_BUCKETS, value)] += 1
+        return Durations(tuple(counts), self.total + sum(seconds))
 
 
 @attrs.frozen
@@ -51,6 +85,10 @@ class StatsSnapshot:
     queue_wait_ns: int = 0
     queue_wait_p50: float = 0.0
     queue_wait_p99: float = 0.0
+    queue_waits: Durations = Durations()
+    compute_input: Durations = Durations()
+    compute_infer: Durations = Durations()
+    compute_output: Durations = Durations()
     batches: Mapping[int, BatchStats] = attrs.field(factory=dict)
     failed: int = 0
     expired: int = 0
@@ -79,6 +117,14 @@ class ModelStats:
     waits: collections.deque[float] = attrs.field(
         factory=lambda: collections.deque(maxlen=QUEUE_WAIT_SAMPLES)
     )
+    queue_waits: Durations = Durations()
+    """Every queue wait (the ring above keeps only the recent ones, for ``/status``)."""
+    compute_input: Durations = Durations()
+    """Per execution: copying the batch's inputs to the device."""
+    compute_infer: Durations = Durations()
+    """Per execution: running the executable."""
+    compute_output: Durations = Durations()
+    """Per execution: copying the outputs back."""
     batches: dict[int, BatchStats] = attrs.field(factory=dict)
     failed: int = 0
     """Requests that got an execution error."""
@@ -98,8 +144,9 @@ class ModelStats:
 
     def record_waits(self, waits_ns: Sequence[int]) -> None:
         """Queue waits of requests entering a dispatch."""
-        for wait in waits_ns:
-            self.waits.append(wait * 1e-9)
+        seconds = [wait * 1e-9 for wait in waits_ns]
+        self.waits.extend(seconds)
+        self.queue_waits = self.queue_waits.observed(*seconds)
         self.queue_wait_count += len(waits_ns)
         self.queue_wait_ns += sum(waits_ns)
 
@@ -119,6 +166,9 @@ class ModelStats:
         self.requests_served += requests
         self.rows_served += rows
         self.compute_seconds += (input_ns + infer_ns + output_ns) * 1e-9
+        self.compute_input = self.compute_input.observed(input_ns * 1e-9)
+        self.compute_infer = self.compute_infer.observed(infer_ns * 1e-9)
+        self.compute_output = self.compute_output.observed(output_ns * 1e-9)
         old = self.batches.get(batch, BatchStats())
         self.batches[batch] = BatchStats(
             old.count + 1,

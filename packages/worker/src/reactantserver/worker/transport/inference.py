@@ -335,7 +335,7 @@ class InferenceService:
         """Decode, infer, encode; counts the request once with its final status.
 
         The metrics get the handler's wall time and the event-loop thread's CPU in decoding
-        and encoding (``worker_stage_cpu_seconds_total``).
+        and encoding (``reactantserver_worker_stage_cpu_seconds_total``).
         """
         started = time.perf_counter()
         code = grpc.StatusCode.OK

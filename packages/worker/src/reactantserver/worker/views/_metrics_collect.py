@@ -3,7 +3,8 @@
 :class:`StateCollector`, registered by ``metrics.WorkerMetrics``, builds on each scrape every
 series of 12 §Metrics/Worker except the request counters: scheduler statistics, per-stage CPU,
 weight-cache residency, device memory, the executable cache, the meta gate, the in-flight
-limiter and ``worker_info``. It only reads; the weight cache stays the dispatch thread's, so a
+limiter and ``reactantserver_worker_info``. It only reads; the weight cache stays the dispatch
+thread's, so a
 model removed mid-scrape is skipped rather than waited for. The help texts, :data:`CPU_STAGES`
 and the default ``worker`` label live here with it; ``metrics`` re-exports the public ones.
 """
@@ -13,12 +14,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 
 import attrs
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import utils as _prometheus_utils
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from reactantserver.worker.registry import ModelEntry, ModelState
 from reactantserver.worker.runtime.residency import Residency
-from reactantserver.worker.scheduler.stats import StatsSnapshot
+from reactantserver.worker.scheduler.stats import DURATION_BUCKETS, Durations, StatsSnapshot
 from reactantserver.worker.state import Runtime, WorkerState
 
 __all__ = [
@@ -29,60 +36,86 @@ __all__ = [
     "worker_label",
 ]
 
+# prometheus_client's own spelling of a bucket bound (untyped there, hence the annotation).
+_go_float: Callable[[float], str] = _prometheus_utils.floatToGoString
+_LE = [_go_float(bound) for bound in DURATION_BUCKETS] + ["+Inf"]
+
 DEFAULT_WORKER_LABEL = "worker"
 """The ``worker`` label of a worker without ``worker_name`` (standalone or embedded)."""
 
 CPU_STAGES = ("decode", "queue", "dispatch", "encode")
-"""The ``stage`` labels of ``worker_stage_cpu_seconds_total``, in request order: decoding the
+"""The ``stage`` labels of ``reactantserver_worker_stage_cpu_seconds_total``, in request order:
+decoding the
 wire message, admission and the wake-up on the caller's loop, the dispatch thread's turn
 (selection, assembly, transfers, execution, slicing) shared by the requests it served, and
 encoding the answer. Each is thread CPU time (``time.thread_time_ns``) where the work runs."""
 
 _HELP = {
-    "worker_dispatch_total": "Executions.",
-    "worker_compute_seconds_total": "Measured compute seconds.",
-    "worker_batch_dispatch_total": "Executions per compiled batch size.",
-    "worker_queue_depth": "Queued requests.",
-    "worker_queue_wait_seconds": "Queue wait quantiles over the last 1024 waits.",
-    "worker_requests_served_total": "Requests served by an execution.",
-    "worker_rows_served_total": "Executable rows served.",
-    "worker_requests_cancelled_total": "Requests cancelled while queued.",
-    "worker_stage_cpu_seconds_total": "Thread CPU seconds of requests by stage.",
-    "worker_model_resident": "1 if the model's weights are on the device.",
-    "worker_model_pinned": "1 if the model is PINNED_DEVICE.",
-    "worker_model_weight_bytes": "Bytes of the model's weights.",
-    "worker_model_max_batch_size": "Effective max batch (0: does not coalesce).",
-    "worker_model_load_seconds": "Duration of the last load/compile.",
-    "worker_model_load_failures_total": "Failed loads.",
-    "worker_models_loaded": "Regular models ready to serve.",
-    "worker_models_resident": "Models whose weights are on the device.",
-    "worker_resident_weight_bytes": "Bytes of device-resident weights.",
-    "worker_weight_cache_resident_bytes": "Bytes of on-demand weights on the device.",
-    "worker_weight_cache_max_bytes": "On-demand weight budget.",
-    "worker_weight_cache_pinned_bytes": "Bytes of PINNED_DEVICE weights (P).",
-    "worker_weight_cache_max_scratch_bytes": "Largest execution scratch (S).",
-    "worker_weight_pool_bytes": "Weight pool of the solved budget.",
-    "worker_weight_loads_total": "Weight loads onto the device.",
-    "worker_weight_evicts_total": "Weight evictions from the device.",
-    "worker_weight_load_seconds_total": "Seconds spent loading weights.",
-    "worker_weight_load_bytes_total": "Bytes of weights loaded.",
-    "worker_weight_compactions_total": "Weight cache compactions.",
-    "worker_weight_prefetches_total": "Weight loads started while another model executed.",
-    "worker_device_memory_in_use_bytes": "Device allocator bytes in use.",
-    "worker_device_memory_limit_bytes": "Device allocator limit.",
-    "worker_device_memory_free_bytes": "Device allocator limit minus in use.",
-    "worker_device_memory_peak_in_use_bytes": "Device allocator peak bytes in use.",
-    "worker_device_memory_pool_bytes": "Device allocator pool (reserved) bytes.",
-    "worker_device_memory_process_used_bytes": "Device memory used by this process (NVML).",
-    "worker_device_memory_out_of_pool_bytes": "Process device memory beyond the allocator limit.",
-    "worker_executable_cache_hits_total": "Executables loaded from the cache.",
-    "worker_executable_cache_misses_total": "Executables compiled after a cache miss.",
-    "worker_inflight_requests": "Inference requests in flight.",
-    "worker_meta_gate_in_use": "Meta-gate permits held (gated metas running).",
-    "worker_meta_gate_waiting": "Metas waiting for a meta-gate permit.",
-    "worker_requests_shed_total": "Requests refused with RESOURCE_EXHAUSTED (cap, queue full).",
-    "worker_max_concurrent_requests": "Configured in-flight cap (0: unlimited).",
-    "worker_info": "Worker identity and configuration.",
+    "reactantserver_worker_dispatch_total": "Executions.",
+    "reactantserver_worker_compute_seconds_total": "Measured compute seconds.",
+    "reactantserver_worker_batch_dispatch_total": "Executions per compiled batch size.",
+    "reactantserver_worker_queue_depth": "Queued requests.",
+    "reactantserver_worker_queue_wait_seconds": "Time requests waited in the model's queue.",
+    "reactantserver_worker_compute_input_seconds": (
+        "Per execution: copying the batch's inputs to the device."
+    ),
+    "reactantserver_worker_compute_infer_seconds": (
+        "Per execution: running the compiled executable."
+    ),
+    "reactantserver_worker_compute_output_seconds": (
+        "Per execution: copying the outputs back to the host."
+    ),
+    "reactantserver_worker_requests_served_total": "Requests served by an execution.",
+    "reactantserver_worker_rows_served_total": "Executable rows served.",
+    "reactantserver_worker_requests_cancelled_total": "Requests cancelled while queued.",
+    "reactantserver_worker_stage_cpu_seconds_total": "Thread CPU seconds of requests by stage.",
+    "reactantserver_worker_model_resident": "1 if the model's weights are on the device.",
+    "reactantserver_worker_model_pinned": "1 if the model is PINNED_DEVICE.",
+    "reactantserver_worker_model_weight_bytes": "Bytes of the model's weights.",
+    "reactantserver_worker_model_max_batch_size": "Effective max batch (0: does not coalesce).",
+    "reactantserver_worker_model_load_seconds": "Duration of the last load/compile.",
+    "reactantserver_worker_model_load_failures_total": "Failed loads.",
+    "reactantserver_worker_models_loaded": "Regular models ready to serve.",
+    "reactantserver_worker_models_resident": "Models whose weights are on the device.",
+    "reactantserver_worker_resident_weight_bytes": "Bytes of device-resident weights.",
+    "reactantserver_worker_weight_cache_resident_bytes": (
+        "Bytes of on-demand weights on the device."
+    ),
+    "reactantserver_worker_weight_cache_max_bytes": "On-demand weight budget.",
+    "reactantserver_worker_weight_cache_pinned_bytes": "Bytes of PINNED_DEVICE weights (P).",
+    "reactantserver_worker_weight_cache_max_scratch_bytes": "Largest execution scratch (S).",
+    "reactantserver_worker_weight_pool_bytes": "Weight pool of the solved budget.",
+    "reactantserver_worker_weight_loads_total": "Weight loads onto the device.",
+    "reactantserver_worker_weight_evicts_total": "Weight evictions from the device.",
+    "reactantserver_worker_weight_load_seconds_total": "Seconds spent loading weights.",
+    "reactantserver_worker_weight_load_bytes_total": "Bytes of weights loaded.",
+    "reactantserver_worker_weight_compactions_total": "Weight cache compactions.",
+    "reactantserver_worker_weight_prefetches_total": (
+        "Weight loads started while another model executed."
+    ),
+    "reactantserver_worker_device_memory_in_use_bytes": "Device allocator bytes in use.",
+    "reactantserver_worker_device_memory_limit_bytes": "Device allocator limit.",
+    "reactantserver_worker_device_memory_free_bytes": "Device allocator limit minus in use.",
+    "reactantserver_worker_device_memory_peak_in_use_bytes": "Device allocator peak bytes in use.",
+    "reactantserver_worker_device_memory_pool_bytes": "Device allocator pool (reserved) bytes.",
+    "reactantserver_worker_device_memory_process_used_bytes": (
+        "Device memory used by this process (NVML)."
+    ),
+    "reactantserver_worker_device_memory_out_of_pool_bytes": (
+        "Process device memory beyond the allocator limit."
+    ),
+    "reactantserver_worker_executable_cache_hits_total": "Executables loaded from the cache.",
+    "reactantserver_worker_executable_cache_misses_total": (
+        "Executables compiled after a cache miss."
+    ),
+    "reactantserver_worker_inflight_requests": "Inference requests in flight.",
+    "reactantserver_worker_meta_gate_in_use": "Meta-gate permits held (gated metas running).",
+    "reactantserver_worker_meta_gate_waiting": "Metas waiting for a meta-gate permit.",
+    "reactantserver_worker_requests_shed_total": (
+        "Requests refused with RESOURCE_EXHAUSTED (cap, queue full)."
+    ),
+    "reactantserver_worker_max_concurrent_requests": "Configured in-flight cap (0: unlimited).",
+    "reactantserver_worker_info": "Worker identity and configuration.",
 }
 
 
@@ -97,6 +130,18 @@ class _Families:
 
     def counter(self, name: str, value: float, **labels: str) -> None:
         self._add(CounterMetricFamily, name, value, labels)
+
+    def histogram(self, name: str, durations: Durations, **labels: str) -> None:
+        family = self._families.get(name)
+        if family is None:
+            family = HistogramMetricFamily(name, _HELP[name], labels=list(labels))
+            self._families[name] = family
+        assert isinstance(family, HistogramMetricFamily)
+        running, cumulative = 0, []
+        for bound, count in zip(_LE, durations.counts, strict=True):
+            running += count
+            cumulative.append((bound, running))
+        family.add_metric(list(labels.values()), cumulative, durations.total)
 
     def _add(
         self,
@@ -157,33 +202,39 @@ class StateCollector(Collector):
         entries = self._entries(runtime, stats)
         self._info(out)
         limiter = state.limiter
-        out.gauge("worker_inflight_requests", limiter.in_flight)
+        out.gauge("reactantserver_worker_inflight_requests", limiter.in_flight)
         shed = limiter.shed + sum(s.shed for s in stats.values())
-        out.counter("worker_requests_shed_total", shed)
-        out.gauge("worker_max_concurrent_requests", limiter.limit)
+        out.counter("reactantserver_worker_requests_shed_total", shed)
+        out.gauge("reactantserver_worker_max_concurrent_requests", limiter.limit)
         loaded = sum(
             e.state is ModelState.READY and not (e.manifest is not None and e.manifest.is_meta)
             for e in entries.values()
         )
-        out.gauge("worker_models_loaded", loaded)
+        out.gauge("reactantserver_worker_models_loaded", loaded)
         for name, entry in entries.items():
             if entry.scheduled is not None:
-                out.gauge("worker_model_max_batch_size", entry.scheduled.max_batch, model=name)
+                out.gauge(
+                    "reactantserver_worker_model_max_batch_size",
+                    entry.scheduled.max_batch,
+                    model=name,
+                )
         for name, record in dict(state.loads).items():
-            out.gauge("worker_model_load_seconds", record.seconds, model=name)
-            out.counter("worker_model_load_failures_total", record.failures, model=name)
+            out.gauge("reactantserver_worker_model_load_seconds", record.seconds, model=name)
+            out.counter(
+                "reactantserver_worker_model_load_failures_total", record.failures, model=name
+            )
         if runtime is not None:
             _scheduler(out, stats, entries)
             _stages(out, stats, self._codec_cpu(), entries)
             _weights(out, runtime, entries)
             self._device(out, runtime)
             counters = runtime.executables.counters
-            out.counter("worker_executable_cache_hits_total", counters.hits)
-            out.counter("worker_executable_cache_misses_total", counters.misses)
+            out.counter("reactantserver_worker_executable_cache_hits_total", counters.hits)
+            out.counter("reactantserver_worker_executable_cache_misses_total", counters.misses)
             if runtime.metas is not None:
                 gate = runtime.metas.gate
-                out.gauge("worker_meta_gate_in_use", gate.in_use)
-                out.gauge("worker_meta_gate_waiting", gate.waiting)
+                out.gauge("reactantserver_worker_meta_gate_in_use", gate.in_use)
+                out.gauge("reactantserver_worker_meta_gate_waiting", gate.waiting)
         return iter(out)
 
     def _entries(
@@ -202,7 +253,7 @@ class StateCollector(Collector):
         state = self._state
         config = state.config
         out.gauge(
-            "worker_info",
+            "reactantserver_worker_info",
             1,
             worker=worker_label(state),
             device_ordinal=str(config.runtime.device_ordinal),
@@ -216,17 +267,19 @@ class StateCollector(Collector):
     def _device(self, out: _Families, runtime: Runtime) -> None:
         stats = runtime.backend.memory_stats()
         if stats is not None:
-            out.gauge("worker_device_memory_in_use_bytes", stats.bytes_in_use)
-            out.gauge("worker_device_memory_limit_bytes", stats.bytes_limit)
-            out.gauge("worker_device_memory_free_bytes", stats.bytes_free)
-            out.gauge("worker_device_memory_peak_in_use_bytes", stats.peak_bytes_in_use)
-            out.gauge("worker_device_memory_pool_bytes", stats.bytes_reserved)
+            out.gauge("reactantserver_worker_device_memory_in_use_bytes", stats.bytes_in_use)
+            out.gauge("reactantserver_worker_device_memory_limit_bytes", stats.bytes_limit)
+            out.gauge("reactantserver_worker_device_memory_free_bytes", stats.bytes_free)
+            out.gauge(
+                "reactantserver_worker_device_memory_peak_in_use_bytes", stats.peak_bytes_in_use
+            )
+            out.gauge("reactantserver_worker_device_memory_pool_bytes", stats.bytes_reserved)
         used = self._process_memory()
         if used is not None:
-            out.gauge("worker_device_memory_process_used_bytes", used)
+            out.gauge("reactantserver_worker_device_memory_process_used_bytes", used)
             if stats is not None:
                 beyond = max(0, used - stats.bytes_limit)
-                out.gauge("worker_device_memory_out_of_pool_bytes", beyond)
+                out.gauge("reactantserver_worker_device_memory_out_of_pool_bytes", beyond)
 
 
 def _scheduler(
@@ -235,18 +288,23 @@ def _scheduler(
     for name, s in stats.items():
         if name not in entries:
             continue
-        out.counter("worker_dispatch_total", s.dispatch_count, model=name)
-        out.counter("worker_compute_seconds_total", s.compute_seconds, model=name)
+        out.counter("reactantserver_worker_dispatch_total", s.dispatch_count, model=name)
+        out.counter("reactantserver_worker_compute_seconds_total", s.compute_seconds, model=name)
         for size, batch in sorted(s.batches.items()):
             out.counter(
-                "worker_batch_dispatch_total", batch.count, model=name, batch_size=str(size)
+                "reactantserver_worker_batch_dispatch_total",
+                batch.count,
+                model=name,
+                batch_size=str(size),
             )
-        out.gauge("worker_queue_depth", s.queue_depth, model=name)
-        out.gauge("worker_queue_wait_seconds", s.queue_wait_p50, model=name, quantile="0.5")
-        out.gauge("worker_queue_wait_seconds", s.queue_wait_p99, model=name, quantile="0.99")
-        out.counter("worker_requests_served_total", s.requests_served, model=name)
-        out.counter("worker_rows_served_total", s.rows_served, model=name)
-        out.counter("worker_requests_cancelled_total", s.cancelled, model=name)
+        out.gauge("reactantserver_worker_queue_depth", s.queue_depth, model=name)
+        out.histogram("reactantserver_worker_queue_wait_seconds", s.queue_waits, model=name)
+        out.histogram("reactantserver_worker_compute_input_seconds", s.compute_input, model=name)
+        out.histogram("reactantserver_worker_compute_infer_seconds", s.compute_infer, model=name)
+        out.histogram("reactantserver_worker_compute_output_seconds", s.compute_output, model=name)
+        out.counter("reactantserver_worker_requests_served_total", s.requests_served, model=name)
+        out.counter("reactantserver_worker_rows_served_total", s.rows_served, model=name)
+        out.counter("reactantserver_worker_requests_cancelled_total", s.cancelled, model=name)
 
 
 def _stages(
@@ -262,7 +320,9 @@ def _stages(
         decode, encode = c or (0, 0)
         queue, dispatch = (0, 0) if s is None else (s.queue_cpu_ns, s.dispatch_cpu_ns)
         for stage, ns in zip(CPU_STAGES, (decode, queue, dispatch, encode), strict=True):
-            out.counter("worker_stage_cpu_seconds_total", ns * 1e-9, model=name, stage=stage)
+            out.counter(
+                "reactantserver_worker_stage_cpu_seconds_total", ns * 1e-9, model=name, stage=stage
+            )
 
 
 def _weights(out: _Families, runtime: Runtime, entries: Mapping[str, ModelEntry]) -> None:
@@ -276,27 +336,29 @@ def _weights(out: _Families, runtime: Runtime, entries: Mapping[str, ModelEntry]
             continue
     for name, m in models.items():
         if name in entries:
-            out.gauge("worker_model_resident", int(m.resident), model=name)
-            out.gauge("worker_model_pinned", int(m.pinned), model=name)
-            out.gauge("worker_model_weight_bytes", m.nbytes, model=name)
+            out.gauge("reactantserver_worker_model_resident", int(m.resident), model=name)
+            out.gauge("reactantserver_worker_model_pinned", int(m.pinned), model=name)
+            out.gauge("reactantserver_worker_model_weight_bytes", m.nbytes, model=name)
     resident = [m for m in models.values() if m.resident]
-    out.gauge("worker_models_resident", len(resident))
-    out.gauge("worker_resident_weight_bytes", sum(m.nbytes for m in resident))
+    out.gauge("reactantserver_worker_models_resident", len(resident))
+    out.gauge("reactantserver_worker_resident_weight_bytes", sum(m.nbytes for m in resident))
     if cache.enabled:
         out.gauge(
-            "worker_weight_cache_resident_bytes", sum(m.nbytes for m in resident if not m.pinned)
+            "reactantserver_worker_weight_cache_resident_bytes",
+            sum(m.nbytes for m in resident if not m.pinned),
         )
-        out.gauge("worker_weight_cache_max_bytes", cache.budget)
+        out.gauge("reactantserver_worker_weight_cache_max_bytes", cache.budget)
         out.gauge(
-            "worker_weight_cache_pinned_bytes", sum(m.nbytes for m in models.values() if m.pinned)
+            "reactantserver_worker_weight_cache_pinned_bytes",
+            sum(m.nbytes for m in models.values() if m.pinned),
         )
         solved = cache.budget_solution
         if solved is not None:
-            out.gauge("worker_weight_cache_max_scratch_bytes", solved.max_scratch)
-            out.gauge("worker_weight_pool_bytes", solved.weight_pool)
-    out.counter("worker_weight_loads_total", cache.loads)
-    out.counter("worker_weight_evicts_total", cache.evictions)
-    out.counter("worker_weight_load_seconds_total", cache.load_seconds)
-    out.counter("worker_weight_load_bytes_total", cache.load_bytes)
-    out.counter("worker_weight_compactions_total", cache.compactions)
-    out.counter("worker_weight_prefetches_total", cache.prefetches)
+            out.gauge("reactantserver_worker_weight_cache_max_scratch_bytes", solved.max_scratch)
+            out.gauge("reactantserver_worker_weight_pool_bytes", solved.weight_pool)
+    out.counter("reactantserver_worker_weight_loads_total", cache.loads)
+    out.counter("reactantserver_worker_weight_evicts_total", cache.evictions)
+    out.counter("reactantserver_worker_weight_load_seconds_total", cache.load_seconds)
+    out.counter("reactantserver_worker_weight_load_bytes_total", cache.load_bytes)
+    out.counter("reactantserver_worker_weight_compactions_total", cache.compactions)
+    out.counter("reactantserver_worker_weight_prefetches_total", cache.prefetches)

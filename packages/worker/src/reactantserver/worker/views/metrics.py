@@ -16,11 +16,13 @@ Decisions the spec leaves open:
   :meth:`~WorkerMetrics.forget_model`, so a late request cannot bring its series back.
 * Per-model series exist only for registry names (scheduler stats outlive an unload);
   worker-wide totals still count everything. Residency series cover models with weights.
-* ``worker_meta_gate_in_use`` / ``worker_meta_gate_waiting`` show the meta gate (07);
+* ``reactantserver_worker_meta_gate_in_use`` / ``reactantserver_worker_meta_gate_waiting`` show the
+  meta gate (07);
   ``*_created`` series are dropped.
 * The weight cache belongs to the dispatch thread: a scrape only reads its counters and
   per-model flags and skips a model removed meanwhile, so it never waits for an execution.
-* ``worker_stage_cpu_seconds_total{model, stage}`` (beyond 12) splits the server's CPU per
+* ``reactantserver_worker_stage_cpu_seconds_total{model, stage}`` (beyond 12) splits the server's
+  CPU per
   request by stage (:data:`CPU_STAGES`): decode and encode are counted as requests finish
   (``WorkerMetrics.observe_request``), queue and dispatch by the scheduler. The rest of
   the process's CPU (transport, handler glue, XLA's own threads) is
@@ -68,7 +70,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 def process_device_memory() -> int | None:
     """Device bytes this process uses according to NVML; ``None`` where unknown.
 
-    The seam for ``worker_device_memory_process_used_bytes``. ``nvidia-ml-py`` is not a
+    The seam for ``reactantserver_worker_device_memory_process_used_bytes``. ``nvidia-ml-py`` is
+    not a
     dependency of the worker, so this reports nothing (the series are then absent).
     """
     return None
