@@ -7,7 +7,7 @@ import importlib
 import importlib.util
 import re
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -203,3 +203,101 @@ def test_the_licence_file_matches_the_declared_licence() -> None:
     assert "Version 2.0, January 2004" in text
     for package in PACKAGES:
         assert _meta(package)["license"] == "Apache-2.0", package
+
+
+def _module_of(path: Path, src: Path) -> str:
+    """The dotted module ``path`` holds (a package for its ``__init__.py``)."""
+    parts = path.relative_to(src).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_targets(tree: ast.Module, module: str, is_package: bool) -> Iterator[str]:
+    """Every dotted name ``tree`` imports, anywhere in it; relative imports made absolute."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = module.split(".")[: None if is_package else -1]
+                anchor = package[: len(package) - node.level + 1]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            yield base
+            # ``from pkg import name`` may name a submodule.
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def _import_graph(sources: Iterable[Path]) -> dict[str, set[str]]:
+    """Module -> the modules of ``sources`` (``src`` folders) that importing it imports.
+
+    Imports under ``if TYPE_CHECKING:`` and inside functions count, and so does every package
+    ``__init__`` that importing a module runs first; a module's own packages do not.
+    """
+    files = {
+        _module_of(path, src): path
+        for src in sources
+        for path in sorted(src.glob("reactantserver/**/*.py"))
+    }
+    graph: dict[str, set[str]] = {module: set() for module in files}
+    for module, path in files.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for target in _import_targets(tree, module, path.name == "__init__.py"):
+            parts = target.split(".")  # the module imported, or its ``module.name``
+            for prefix in (".".join(parts[:n]) for n in range(len(parts), 0, -1)):
+                if prefix in files and not f"{module}.".startswith(f"{prefix}."):
+                    graph[module].add(prefix)
+    return graph
+
+
+def _reachable(graph: Mapping[str, set[str]], start: str) -> set[str]:
+    """The modules a path of imports leads to from ``start`` (``start`` only on a cycle)."""
+    seen: set[str] = set()
+    todo = list(graph[start])
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += graph[module]
+    return seen
+
+
+def _import_cycles(graph: Mapping[str, set[str]]) -> set[frozenset[str]]:
+    """The strongly connected components of ``graph`` with more than one module."""
+    reach = {module: _reachable(graph, module) for module in graph}
+    return {
+        frozenset(other for other in reach[module] if module in reach[other])
+        for module in graph
+        if module in reach[module]
+    }
+
+
+def test_no_import_cycles() -> None:
+    """No module imports itself back, by type-only, function-local or package imports."""
+    graph = _import_graph(ROOT / "packages" / package / "src" for package in PACKAGES)
+    cycles = sorted(sorted(c) for c in _import_cycles(graph))
+    assert not cycles, "modules that import one another:\n" + "\n".join(map(str, cycles))
+
+
+def test_the_cycle_check_sees_planted_cycles(tmp_path: Path) -> None:
+    """A type-only cycle, a function-local one and one through a package ``__init__``."""
+    sources = {
+        "__init__.py": "from reactantserver.planted.base import Base\n",
+        "typed_a.py": "if TYPE_CHECKING:\n    from reactantserver.planted.typed_b import B\n",
+        "typed_b.py": "from reactantserver.planted.typed_a import A\n",
+        "local_a.py": "def f() -> None:\n    from . import local_b\n",
+        "local_b.py": "import reactantserver.planted.local_a\n",
+        "base.py": "from reactantserver.planted.sub.leaf import leaf\n",
+        "sub/__init__.py": "from .user import User\n",
+        "sub/user.py": "from reactantserver.planted.base import Base\n",
+        "sub/leaf.py": "import numpy\n",
+    }
+    for name, text in sources.items():
+        path = tmp_path / "reactantserver" / "planted" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    planted = "reactantserver.planted"
+    assert _import_cycles(_import_graph([tmp_path])) == {
+        frozenset({f"{planted}.typed_a", f"{planted}.typed_b"}),
+        frozenset({f"{planted}.local_a", f"{planted}.local_b"}),
+        frozenset({f"{planted}.base", f"{planted}.sub", f"{planted}.sub.user"}),
+    }

@@ -12,15 +12,12 @@ import math
 import threading
 from collections.abc import Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeAlias, overload
+from typing import Any, Protocol, TypeAlias, overload
 
 import numpy as np
 import numpy.typing as npt
 
-if TYPE_CHECKING:
-    from reactantserver.core.buffer_pool import BufferPool
-
-__all__ = ["DEFAULT_ALIGN", "ScratchSpec", "Slot"]
+__all__ = ["DEFAULT_ALIGN", "ScratchSpec", "Slot", "SlotPool"]
 
 DEFAULT_ALIGN = 64
 """Default alignment of carved buffers (cache line, and what XLA wants for host buffers)."""
@@ -41,6 +38,17 @@ def _normalise_shape(shape: int | Sequence[int]) -> tuple[int, ...]:
     return dims
 
 
+class SlotPool(Protocol):
+    """What a :class:`Slot` needs of the pool that handed it out (``BufferPool``)."""
+
+    @property
+    def slot_nbytes(self) -> int:
+        """Bytes per slot."""
+
+    def _release(self, slot: Slot) -> None:
+        """Take the run of ``slot`` back; ``ValueError`` if it was already released."""
+
+
 class Slot:
     """A run of ``span`` adjacent pool slots held by one owner until :meth:`release`.
 
@@ -48,7 +56,7 @@ class Slot:
     out sequential, aligned pieces of it. Use it as a context manager to release on exit.
     """
 
-    def __init__(self, pool: BufferPool, index: int, span: int, buffer: memoryview) -> None:
+    def __init__(self, pool: SlotPool, index: int, span: int, buffer: memoryview) -> None:
         self._pool = pool
         self._index = index
         self._span = span
@@ -59,7 +67,7 @@ class Slot:
         self._lock = threading.Lock()
 
     @property
-    def pool(self) -> BufferPool:
+    def pool(self) -> SlotPool:
         """The pool this slot belongs to."""
         return self._pool
 

@@ -11,32 +11,80 @@ Meta groups (07 §Visibility): every name in the ``meta.calls`` of a loaded meta
 sub-model of that meta. The registry recomputes the groups whenever an entry is put or
 removed, and (unless ``expose_sub_models``) stamps ``hidden`` on the sub-models' entries, so
 the check is re-run on every change the watcher or a repository RPC makes.
+
+A meta's generation is a :class:`MetaModel` (its ``run``, callees and client tensors; 07). It
+lives here, beside the entry that holds it, because :mod:`reactantserver.worker.meta`, which
+serves it, sits above the registry::
+
+    meta = MetaModel.from_manifest(manifest, hooks.run, generation=3)
+    meta.gated          # False for a compute-only meta (empty meta.calls)
 """
 
 from __future__ import annotations
 
 import enum
 import threading
-from typing import TYPE_CHECKING
 
 import attrs
 
 from reactantserver.core.errors import ModelNotFoundError, ModelUnavailableError
 from reactantserver.core.manifest import Manifest
-from reactantserver.worker.hooks import BundleHooks
+from reactantserver.core.types import TensorSpec
+from reactantserver.worker.hooks import BundleHooks, MetaRun
 from reactantserver.worker.runtime.loader import LoadedModel
 from reactantserver.worker.scheduler.model import ScheduledModel
 
-if TYPE_CHECKING:
-    from reactantserver.worker.meta.model import MetaModel
-
-__all__ = ["NOT_RESIDENT_REASON", "SERVED_VERSIONS", "ModelEntry", "ModelRegistry", "ModelState"]
+__all__ = [
+    "NOT_RESIDENT_REASON",
+    "SERVED_VERSIONS",
+    "MetaModel",
+    "ModelEntry",
+    "ModelRegistry",
+    "ModelState",
+]
 
 SERVED_VERSIONS = frozenset({"", "1"})
 """Model versions a request may name: every model has exactly one version, ``"1"``."""
 
 NOT_RESIDENT_REASON = "not resident"
 """Why a loaded model does not serve in explicit mode (``RepositoryIndex`` reason)."""
+
+
+@attrs.define(eq=False)
+class MetaModel:
+    """A meta generation: ``run``, the declared callees and the client tensors."""
+
+    name: str
+    generation: int
+    calls: tuple[str, ...]
+    run: MetaRun
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    warned_oversize: bool = False
+    """Whether the "scratch larger than the pool" warning was logged (once per meta)."""
+
+    @classmethod
+    def from_manifest(cls, manifest: Manifest, run: MetaRun, *, generation: int) -> MetaModel:
+        """The meta of ``manifest`` (``kind: meta``) running ``run``."""
+        if not manifest.is_meta:
+            raise ValueError(f"model '{manifest.name}' is not a meta model")
+        return cls(
+            name=manifest.name,
+            generation=generation,
+            calls=manifest.meta_calls,
+            run=run,
+            inputs=manifest.client_inputs,
+            outputs=manifest.client_outputs,
+        )
+
+    @property
+    def gated(self) -> bool:
+        """Whether a request must hold a permit of the meta gate (it has sub-models)."""
+        return bool(self.calls)
+
+    def renamed(self, name: str) -> MetaModel:
+        """The same generation served under another name (rename in place)."""
+        return attrs.evolve(self, name=name)
 
 
 class ModelState(enum.Enum):

@@ -8,8 +8,8 @@ metas run at once.
 
 from reactantserver.worker.meta.call import MetaCallSession, RequestCancelledError, scratch_span
 from reactantserver.worker.meta.gate import MetaGate
-from reactantserver.worker.meta.model import MetaModel
 from reactantserver.worker.meta.runner import MetaRunner
+from reactantserver.worker.registry import MetaModel
 
 __all__ = [
     "MetaCallSession",

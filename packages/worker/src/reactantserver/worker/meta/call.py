@@ -38,8 +38,7 @@ from reactantserver.core.buffer_pool import DEFAULT_ALIGN, BufferPool, Slot
 from reactantserver.core.errors import DeadlineExceededError, ModelUnavailableError, ReactantError
 from reactantserver.core.hooks import NamedTensor
 from reactantserver.worker.hooks import HookError, run_postprocess, run_preprocess
-from reactantserver.worker.meta.model import MetaModel
-from reactantserver.worker.registry import ModelEntry, ModelRegistry, ModelState
+from reactantserver.worker.registry import MetaModel, ModelEntry, ModelRegistry, ModelState
 from reactantserver.worker.scheduler import FutureCompletion, Pending, Scheduler
 from reactantserver.worker.validation import order_tensors
 

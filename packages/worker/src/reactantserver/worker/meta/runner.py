@@ -26,8 +26,7 @@ from reactantserver.core.types import InferRequest, InferResponse
 from reactantserver.worker.hooks import HookError, check_hook_output
 from reactantserver.worker.meta.call import MetaCallSession
 from reactantserver.worker.meta.gate import MetaGate
-from reactantserver.worker.meta.model import MetaModel
-from reactantserver.worker.registry import ModelRegistry
+from reactantserver.worker.registry import MetaModel, ModelRegistry
 from reactantserver.worker.scheduler import Scheduler
 from reactantserver.worker.validation import order_tensors
 

@@ -38,6 +38,7 @@ from reactantserver.worker.registry import ModelEntry, ModelState
 from reactantserver.worker.repository import groups
 from reactantserver.worker.repository.watcher import RepositoryControl
 from reactantserver.worker.state import Runtime, WorkerState
+from reactantserver.worker.transport.stream import stream_infer
 from reactantserver.worker.views import model_info
 
 __all__ = ["InferenceService"]
@@ -314,9 +315,7 @@ class InferenceService:
         self, requests: AsyncIterator[pb.ModelInferRequest], context: Any
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Bidirectional streaming (an async generator, as grpc.aio requires)."""
-        from reactantserver.worker.transport.stream import stream_infer
-
-        async for answer in stream_infer(self, requests, context):
+        async for answer in stream_infer(self.serve, requests, context):
             yield answer
 
     async def model_infer(

@@ -10,23 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterable, AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from typing import Any, TypeAlias
 
 from reactantserver.core.errors import ReactantError, status_message
 from reactantserver.core.protocol import grpc_service_pb2 as pb
 
-if TYPE_CHECKING:
-    from reactantserver.worker.transport.inference import InferenceService
+__all__ = ["Serve", "stream_infer"]
 
-__all__ = ["stream_infer"]
+Serve: TypeAlias = Callable[[pb.ModelInferRequest, float | None], Awaitable[pb.ModelInferResponse]]
+"""How one message is served, given the stream's time remaining (``InferenceService.serve``)."""
 
 
 async def _answer(
-    service: InferenceService, message: pb.ModelInferRequest, time_remaining: float | None
+    serve: Serve, message: pb.ModelInferRequest, time_remaining: float | None
 ) -> pb.ModelStreamInferResponse:
     try:
-        response = await service.serve(message, time_remaining)
+        response = await serve(message, time_remaining)
     except ReactantError as exc:
         return pb.ModelStreamInferResponse(
             error_message=status_message(exc),
@@ -36,7 +36,7 @@ async def _answer(
 
 
 async def stream_infer(
-    service: InferenceService,
+    serve: Serve,
     requests: AsyncIterable[pb.ModelInferRequest],
     context: Any,
 ) -> AsyncIterator[pb.ModelStreamInferResponse]:
@@ -45,7 +45,7 @@ async def stream_infer(
     running: set[asyncio.Task[None]] = set()
 
     async def serve_one(message: pb.ModelInferRequest) -> None:
-        await answers.put(await _answer(service, message, context.time_remaining()))
+        await answers.put(await _answer(serve, message, context.time_remaining()))
 
     async def read() -> None:
         try:

@@ -1,43 +1,107 @@
 """``GatewayControl`` for ``lpt_packing``: status, live knobs, per-model placement, repack.
 
-Functions over a :class:`~reactantserver.gateway.policies.lpt.policy.LptPolicy`; the policy's
-methods delegate here so the control plane stays apart from the hot path (08 §GatewayControl).
+Functions over the running policy as :class:`LptControlled` describes it
+(:class:`~reactantserver.gateway.policies.lpt.policy.LptPolicy`); the policy's methods delegate
+here so the control plane stays apart from the hot path (08 §GatewayControl).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
+import attrs
 import grpc
 
 from reactantserver.core.protocol import control_pb2
 from reactantserver.gateway.policies.knobs import (
     INFLIGHT_HAZARD,
+    SchedulingKnobs,
     apply_policy_request,
     to_proto,
     validate_repack_wait,
 )
-from reactantserver.gateway.policies.lpt.overrides import apply_placement_request, fill_quantum
+from reactantserver.gateway.policies.lpt.fill import FillPlan, ReplicaRouter
+from reactantserver.gateway.policies.lpt.overrides import (
+    ModelOverride,
+    apply_placement_request,
+    fill_quantum,
+)
+from reactantserver.gateway.policies.lpt.packing import ModelPlacement
+from reactantserver.gateway.policies.routing_meta import MetaSnapshot, RoutingMeta
 from reactantserver.gateway.transport.proxy import ForwardError
+from reactantserver.gateway.workers.link import WorkerLink
 
-if TYPE_CHECKING:
-    from reactantserver.gateway.policies.lpt.policy import LptPolicy
-
-__all__ = ["repack", "scheduling_status", "set_model_placement", "set_scheduling_policy"]
+__all__ = [
+    "LptControlled",
+    "RepackRecord",
+    "repack",
+    "scheduling_status",
+    "set_model_placement",
+    "set_scheduling_policy",
+]
 
 _POLL_S = 0.05
 
 
-def _configured(policy: LptPolicy, name: str) -> int:
+@attrs.define
+class RepackRecord:
+    """What the last repack did, for ``GetSchedulingStatus`` (``RepackStatus``)."""
+
+    unix_seconds: float = 0.0
+    wall_elapsed: float = 0.0
+    compute_seconds: float = 0.0
+    trigger: str = "none"
+    models_placed: int = 0
+    models_moved: int = 0
+    count: int = 0
+
+
+class LptControlled(Protocol):
+    """The running ``lpt_packing`` policy as operator control reads and sets it.
+
+    ``knobs``, ``overrides`` and ``operator_requested`` are written here; the rest is read.
+    ``wake`` runs the next prober round now (an operator repack).
+    """
+
+    mode: str
+    knobs: SchedulingKnobs
+    overrides: Mapping[str, ModelOverride]
+    links: list[WorkerLink]
+    labels: dict[str, str]
+    meta: RoutingMeta
+    router: ReplicaRouter
+    placement: dict[str, ModelPlacement]
+    drifted: frozenset[str]
+    utilization: dict[str, float]
+    arrival_rate: dict[str, float]
+    cost_per_request: dict[str, float]
+    compute_accum: float
+    first_tick_repack_done: bool
+    repacks_since_compaction: int
+    operator_requested: int
+    operator_completed: int
+    last: RepackRecord
+    last_tick_unix: float
+    ready_workers: int
+    assigned_bytes: dict[str, int]
+    budgets: dict[str, int]
+    wake: Callable[[], None]
+
+    def fill_plans(self, snapshot: MetaSnapshot) -> dict[str, FillPlan]:
+        """Every reported or overridden model's fill plan under the current knobs."""
+
+
+def _configured(policy: LptControlled, name: str) -> int:
     override = policy.overrides.get(name)
     if override is None or override.replicas is None:
         return 0
     return -1 if override.replicas == "all" else int(override.replicas)
 
 
-def _repack_status(policy: LptPolicy) -> control_pb2.RepackStatus:
+def _repack_status(policy: LptControlled) -> control_pb2.RepackStatus:
     last = policy.last
     return control_pb2.RepackStatus(
         last_repack_unix_seconds=last.unix_seconds,
@@ -57,7 +121,7 @@ def _repack_status(policy: LptPolicy) -> control_pb2.RepackStatus:
     )
 
 
-def _warnings(policy: LptPolicy) -> list[str]:
+def _warnings(policy: LptControlled) -> list[str]:
     warnings = [f"model {name} is drifted (not on every worker)" for name in sorted(policy.drifted)]
     inflight = policy.knobs.routing_fill_mode == "inflight" or any(
         o.fill_mode == "inflight" for o in policy.overrides.values()
@@ -67,7 +131,7 @@ def _warnings(policy: LptPolicy) -> list[str]:
     return warnings
 
 
-def scheduling_status(policy: LptPolicy) -> control_pb2.GetSchedulingStatusResponse:
+def scheduling_status(policy: LptControlled) -> control_pb2.GetSchedulingStatusResponse:
     """``GetSchedulingStatus`` under ``lpt_packing``."""
     snapshot = policy.meta.snapshot
     response = control_pb2.GetSchedulingStatusResponse(
@@ -118,7 +182,7 @@ def scheduling_status(policy: LptPolicy) -> control_pb2.GetSchedulingStatusRespo
 
 
 def set_scheduling_policy(
-    policy: LptPolicy, request: control_pb2.SetSchedulingPolicyRequest
+    policy: LptControlled, request: control_pb2.SetSchedulingPolicyRequest
 ) -> control_pb2.SetSchedulingPolicyResponse:
     """``SetSchedulingPolicy``: validate all-or-nothing, swap the knobs, republish plans."""
     knobs, warnings = apply_policy_request(
@@ -137,7 +201,7 @@ def set_scheduling_policy(
 
 
 def set_model_placement(
-    policy: LptPolicy, request: control_pb2.SetModelPlacementRequest
+    policy: LptControlled, request: control_pb2.SetModelPlacementRequest
 ) -> control_pb2.SetModelPlacementResponse:
     """``SetModelPlacement``: store the override, republish fill plans (replicas: next repack)."""
     snapshot = policy.meta.snapshot
@@ -170,7 +234,7 @@ def set_model_placement(
 
 
 async def repack(
-    policy: LptPolicy, request: control_pb2.RepackRequest
+    policy: LptControlled, request: control_pb2.RepackRequest
 ) -> control_pb2.RepackResponse:
     """``Repack``: ask the prober for an operator repack and wait (bounded) until it ran."""
     wait, warnings = validate_repack_wait(request.wait_seconds)

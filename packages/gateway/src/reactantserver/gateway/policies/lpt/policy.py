@@ -17,11 +17,10 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-import attrs
-
 from reactantserver.core.protocol import control_pb2
 from reactantserver.gateway.policies.knobs import SchedulingKnobs
 from reactantserver.gateway.policies.lpt import control as lpt_control
+from reactantserver.gateway.policies.lpt.control import RepackRecord
 from reactantserver.gateway.policies.lpt.fill import FillPlan, ReplicaRouter, resolve_fill_plan
 from reactantserver.gateway.policies.lpt.overrides import ModelOverride
 from reactantserver.gateway.policies.lpt.packing import (
@@ -42,22 +41,9 @@ from reactantserver.gateway.policies.routing_meta import (
 from reactantserver.gateway.views.metrics import GatewayMetrics
 from reactantserver.gateway.workers.link import COMPACT_MEMORY, WorkerLink, compact_deadline
 
-__all__ = ["LptPolicy", "RepackRecord"]
+__all__ = ["LptPolicy"]
 
 _log = logging.getLogger("reactantserver.gateway")
-
-
-@attrs.define
-class RepackRecord:
-    """What the last repack did, for ``GetSchedulingStatus`` (``RepackStatus``)."""
-
-    unix_seconds: float = 0.0
-    wall_elapsed: float = 0.0
-    compute_seconds: float = 0.0
-    trigger: str = "none"
-    models_placed: int = 0
-    models_moved: int = 0
-    count: int = 0
 
 
 class LptPolicy:
