@@ -168,6 +168,35 @@ def test_statistics_of_every_visible_model(client: Any) -> None:
     assert status_of(error) == "NOT_FOUND"
 
 
+def test_log_settings_read_and_change_the_workers_logging(client: Any) -> None:
+    def settings(response: Any) -> dict[str, Any]:
+        return {
+            k: getattr(v, v.WhichOneof("parameter_choice")) for k, v in response.settings.items()
+        }
+
+    before = settings(client.get_log_settings())
+    assert before == {
+        "log_file": "",
+        "log_info": True,
+        "log_warning": True,
+        "log_error": True,
+        "log_verbose_level": 0,
+        "log_format": "text",
+    }
+    try:
+        after = settings(client.update_log_settings({"log_verbose_level": 1}))
+        assert after["log_verbose_level"] == 1
+        assert settings(client.get_log_settings())["log_verbose_level"] == 1
+        error = _error(client.update_log_settings, {"log_file": "/tmp/x.log", "no_such": True})
+        assert status_of(error) == "INVALID_ARGUMENT"
+        assert "log_file" in str(error)
+        assert "no_such" in str(error)
+        assert settings(client.get_log_settings())["log_verbose_level"] == 1  # nothing changed
+    finally:
+        client.update_log_settings({"log_verbose_level": 0})
+    assert settings(client.get_log_settings()) == before
+
+
 def test_cuda_shared_memory_and_trace_are_unimplemented(client: Any) -> None:
     calls: list[tuple[Any, tuple[Any, ...]]] = [
         (client.get_cuda_shared_memory_status, ()),
@@ -175,7 +204,6 @@ def test_cuda_shared_memory_and_trace_are_unimplemented(client: Any) -> None:
         (client.unregister_cuda_shared_memory, ()),
         (client.get_trace_settings, ()),
         (client.update_trace_settings, ("mlp", {"trace_level": ["TIMESTAMPS"]})),
-        (client.get_log_settings, ()),
     ]
     for call, args in calls:
         error = _error(call, *args)

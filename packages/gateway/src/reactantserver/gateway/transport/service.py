@@ -19,6 +19,8 @@ from typing import Any, TypeAlias
 import grpc
 from google.protobuf.message import Message
 
+from reactantserver.core.errors import ReactantError, status_message
+from reactantserver.core.log_settings import answer_log_settings
 from reactantserver.core.protocol import (
     INFERENCE_METHODS,
     INFERENCE_SERVICE,
@@ -99,6 +101,7 @@ class GatewayService:
             "ServerMetadata": self.server_metadata,
             "ModelReady": self.model_ready,
             "IsSameIPCNamespace": self.same_namespace,
+            "LogSettings": self.log_settings,
         }
         raw: dict[str, Callable[..., Any]] = {
             "ModelInfer": self.proxy.infer,
@@ -121,6 +124,14 @@ class GatewayService:
         return grpc.method_handlers_generic_handler(INFERENCE_SERVICE, handlers)
 
     # ------------------------------------------------------------ local answers
+
+    async def log_settings(self, request: pb.LogSettingsRequest, context: _Context) -> Message:
+        """The gateway process's own log settings (each worker answers for itself)."""
+        try:
+            return answer_log_settings(request)
+        except ReactantError as exc:
+            await context.abort(exc.status, status_message(exc))
+            raise AssertionError("unreachable") from exc
 
     async def server_live(self, request: pb.ServerLiveRequest, context: _Context) -> Message:
         """Always live while the process runs."""

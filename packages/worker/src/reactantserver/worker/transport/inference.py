@@ -30,6 +30,7 @@ from reactantserver.core.errors import (
     status_of,
 )
 from reactantserver.core.lane import ADVERT_METADATA_KEY
+from reactantserver.core.log_settings import answer_log_settings
 from reactantserver.core.protocol import SERVER_EXTENSIONS, SERVER_NAME
 from reactantserver.core.protocol import grpc_service_pb2 as pb
 from reactantserver.core.types import InferRequest
@@ -95,7 +96,6 @@ class InferenceService:
             "CudaSharedMemoryRegister": "CUDA shared memory is not supported",
             "CudaSharedMemoryUnregister": "CUDA shared memory is not supported",
             "TraceSetting": "trace settings are not supported",
-            "LogSettings": "log settings are not supported",
         }
         handlers: dict[str, Handler] = {
             "ServerLive": self.server_live,
@@ -107,6 +107,7 @@ class InferenceService:
             "ModelStatistics": self.model_statistics,
             "ModelInfer": self.model_infer,
             "ModelStreamInfer": self.model_stream_infer,
+            "LogSettings": self.log_settings,
             "RepositoryIndex": self.repository_index,
             "RepositoryModelLoad": self.repository_control,
             "RepositoryModelUnload": self.repository_control,
@@ -385,6 +386,16 @@ class InferenceService:
         if runtime is None or (not self.state.started and self.state.registry.get(model) is None):
             raise ModelUnavailableError(f"server is starting; model '{model}' is not ready yet")
         return runtime
+
+    async def log_settings(
+        self, request: pb.LogSettingsRequest, context: Any
+    ) -> pb.LogSettingsResponse:
+        """This process's log settings, changed first by those the request names."""
+        try:
+            return answer_log_settings(request)
+        except ReactantError as exc:
+            await _abort(context, exc)
+            raise AssertionError("unreachable") from exc
 
     async def _find(self, name: str, version: str, context: Any) -> ModelEntry:
         try:
