@@ -1,4 +1,4 @@
-"""The container images and Kubernetes / KServe manifests, checked offline (09 §Container image).
+"""The container images and Kubernetes / KServe manifests, checked offline.
 
 Docker is not available here, so the Dockerfiles are parsed (a small instruction parser) and
 checked instruction by instruction; the manifests validate against the JSON schemas vendored in

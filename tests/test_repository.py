@@ -5,7 +5,9 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import io
 import re
+import tokenize
 import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -16,7 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("core", "client", "gateway", "worker", "node", "export")
 
-# 00-overview §Package map: the runtime dependencies each distribution may declare.
+# The dependency walls (docs/architecture.md): the runtime dependencies each distribution may
+# declare.
 ALLOWED = {
     "core": {"numpy", "protobuf", "grpcio", "pyyaml", "attrs", "cattrs"},
     "client": {"reactantserver-core", "grpcio"},
@@ -301,3 +304,51 @@ def test_the_cycle_check_sees_planted_cycles(tmp_path: Path) -> None:
         frozenset({f"{planted}.local_a", f"{planted}.local_b"}),
         frozenset({f"{planted}.base", f"{planted}.sub", f"{planted}.sub.user"}),
     }
+
+
+# Citations of the design specification the product grew from, which is not in the repository:
+# "(04 §Request admission)", "(beyond, 04)", "(12)", "spec 03", "09-node.md", "../shared/".
+_CITATION = re.compile(
+    r"\b(?:0\d|1[0-2]) ?§|\(beyond,? ?(?:0\d|1[0-2])\)|\((?:0\d|1[0-2])(?:, (?:0\d|1[0-2]))*\)"
+    r"|\bspec (?:0\d|1[0-2])\b|\b(?:0\d|1[0-2])-[a-z-]+\.md\b|\.\./shared/"
+)
+
+
+def _citations(text: str) -> list[int]:
+    return [text.count("\n", 0, m.start()) + 1 for m in _CITATION.finditer(text)]
+
+
+def _python_citations(path: Path) -> list[int]:
+    """Lines where a comment or a string of ``path`` cites the specification."""
+    source = path.read_text(encoding="utf-8")
+    lines = []
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type in (tokenize.COMMENT, tokenize.STRING):
+            lines += [token.start[0] + n - 1 for n in _citations(token.string)]
+    return lines
+
+
+def test_nothing_cites_a_specification_the_repository_does_not_hold() -> None:
+    """Docstrings, comments and docs say what they mean or point to docs/ instead."""
+    found = []
+    for folder in ("packages", "tests", "bench", "examples", "tools"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            # This file holds the pattern and its examples.
+            if "_pb2" not in path.name and path != Path(__file__).resolve():
+                found += [f"{path.relative_to(ROOT)}:{n}" for n in _python_citations(path)]
+    texts = [*(ROOT / "docs").rglob("*.md"), *ROOT.glob("*.md"), *ROOT.glob("packages/*/README.md")]
+    texts += [ROOT / "bench" / "README.md", *(ROOT / "deploy").rglob("*.md")]
+    for path in sorted(texts):
+        found += [f"{path.relative_to(ROOT)}:{n}" for n in _citations(path.read_text())]
+    assert not found, "cites the design specification; say what it means instead:\n" + "\n".join(
+        found
+    )
+
+
+def test_the_citation_check_sees_one() -> None:
+    assert _citations("queued (04 §Request admission) and\nkept (beyond, 04), see 09-node.md") == [
+        1,
+        2,
+        2,
+    ]
+    assert not _citations("batch (10 models), 1.5x (11 vs. 10), see docs/reference/")

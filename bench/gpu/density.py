@@ -12,7 +12,7 @@ workers side by side on the one GPU, each with its own device share:
 fixed-seed Zipf(1.1) sequence (the same sequence for every worker); the workers alternate over
 ``density_rounds`` windows each. Per worker: req/s, p50/p99, and from ``/metrics`` the loads,
 evictions and prefetches per 1000 requests and the load bandwidth inside the worker.
-Targets (00): throughput >= 0.7x all-resident, p99 <= 3x.
+Targets: throughput >= 0.7x all-resident, p99 <= 3x.
 """
 
 from __future__ import annotations

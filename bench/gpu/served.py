@@ -9,7 +9,7 @@ its executables come from the kit's shared cache). For each size ``b``, side by 
   through the worker's gRPC port, and the scheduler coalesces them.
 
 Reported per size: rows/s of both, their ratio, p50/p99, and rows per execution from the
-worker's statistics. Target (04): served >= 85% of raw at 32 (the Python client and gRPC
+worker's statistics. Target: served >= 85% of raw at 32 (the Python client and gRPC
 transport of 600 KB images are part of the served path).
 """
 
@@ -143,7 +143,7 @@ def _figures(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     figures = []
     for point in points:
         b = point["batch"]
-        target = f">= {TARGET_RATIO:g} (04)" if b == HEADLINE_BATCH else None
+        target = f">= {TARGET_RATIO:g}" if b == HEADLINE_BATCH else None
         figures.append(
             figure(
                 f"served / raw rows/s, {b} one-row clients vs the batch-{b} program",

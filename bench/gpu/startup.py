@@ -3,7 +3,7 @@
 Run by ``bench/gpu/run.sh``. The kit network's bundle at every served batch size is loaded
 in a fresh process (``load_bundle`` through the worker's executable cache, autotuning off) with
 an empty cache, then again in another fresh process with the cache it filled. Target: the
-hit start-up <= 10% of the cold one (03). The filled cache becomes the kit's shared one, so
+hit start-up <= 10% of the cold one. The filled cache becomes the kit's shared one, so
 the later steps' workers start without compiling.
 """
 
@@ -23,7 +23,7 @@ from bench.gpu._step import Step, ensure_bundle
 
 __all__ = ["PROBE", "main"]
 
-#: The issue's target (03): cache-hit start-up <= 10% of the cold compile.
+#: The issue's target: cache-hit start-up <= 10% of the cold compile.
 TARGET_HIT_RATIO = 0.10
 
 #: One start-up, timed in a fresh process: imports + backend, then the bundle's compile/load.

@@ -1,2 +1,2 @@
 """A two-stage pipeline: sub-models ``pipeline_embed`` and ``pipeline_score`` behind the meta
-model ``pipeline`` (07-meta-models.md)."""
+model ``pipeline``."""

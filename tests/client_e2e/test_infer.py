@@ -1,4 +1,4 @@
-"""One request at a time on every example, against ``tritonclient.grpc`` in the same process (10).
+"""One request at a time on every example, against ``tritonclient.grpc`` in the same process.
 
 Both clients are imported at module top and both run inferences here: core's messages live in a
 private proto package, so the two descriptor pools never clash.

@@ -1,4 +1,4 @@
-"""Batched IO drivers over a staging pool, SHM or plain, sync and async (10 §Batched IO drivers)."""
+"""Batched IO drivers over a staging pool, SHM or plain, sync and async."""
 
 from __future__ import annotations
 

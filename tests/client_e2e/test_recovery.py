@@ -1,4 +1,4 @@
-"""A server that forgets our regions is told again (10 §Shared-memory helpers, recovery).
+"""A server that forgets our regions is told again.
 
 A restarted worker has forgotten every registration: the client retries ``UNAVAILABLE`` while
 it starts, then re-registers what a request references. A registration dropped behind the

@@ -1,4 +1,4 @@
-"""Retries on a worker that sheds, and the deadline while the device is busy (10 §Retry policy)."""
+"""Retries on a worker that sheds, and the deadline while the device is busy."""
 
 from __future__ import annotations
 

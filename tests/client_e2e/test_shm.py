@@ -1,4 +1,4 @@
-"""Explicit shared-memory regions, with this client and with ``tritonclient`` (10 §SHM helpers)."""
+"""Explicit shared-memory regions, with this client and with ``tritonclient``."""
 
 from __future__ import annotations
 

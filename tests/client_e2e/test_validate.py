@@ -1,4 +1,4 @@
-"""``validate_io`` through a served model, and ``manifest_io_spec`` against ``metadata()`` (10)."""
+"""``validate_io`` through a served model, and ``manifest_io_spec`` against ``metadata()``."""
 
 from __future__ import annotations
 

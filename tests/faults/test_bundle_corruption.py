@@ -1,4 +1,4 @@
-"""Fault: a served bundle overwritten with garbage (12 §Failure behaviour: bad bundle on reload).
+"""Fault: a served bundle overwritten with garbage.
 
 A ``dynamic`` worker polls its own directory every :data:`POLL_S` and serves two copies of
 ``mlp``: ``victim`` and ``bystander``. While stock clients keep both busy, ``victim``'s

@@ -1,4 +1,4 @@
-"""Fault: the executable cache corrupted on disk (03 §Executable disk cache).
+"""Fault: the executable cache corrupted on disk.
 
 A worker compiles the suite's models into a fresh private cache and stops. Every entry is then
 damaged a different way (truncated, emptied, replaced by random bytes, bytes flipped inside,

@@ -1,4 +1,4 @@
-"""Fault: a client disconnecting mid-request (12 §Failure behaviour: client cancellation).
+"""Fault: a client disconnecting mid-request.
 
 The static worker's dispatch thread is held by a long ``spin`` execution. A *leaving* client
 queues ``two_io`` requests behind it, cancels one explicitly and then closes its channel (which

@@ -1,4 +1,4 @@
-"""Fault: a registered shared-memory region removed by its client (12 §Security, 05).
+"""Fault: a registered shared-memory region removed by its client.
 
 The client registers regions with the static worker, then takes one away behind the server's
 back. Unlinked and unmapped (``destroy_shared_memory_region``), the object lives on in the

@@ -1,4 +1,4 @@
-"""Fault: a worker SIGKILLed under load behind a node (12 §Failure behaviour, 09).
+"""Fault: a worker SIGKILLed under load behind a node.
 
 A ``gpus: 2`` node on the CPU backend runs two workers behind its gateway. Eight stock clients
 send ``mlp`` requests through the public port without pause; ``worker1`` is SIGKILLed. The

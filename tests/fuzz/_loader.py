@@ -1,9 +1,9 @@
 """Hypothesis strategies that break a real exported bundle: its manifest and its files.
 
 Each strategy draws a :class:`BundleCase` that rewrites a fresh copy of ``mlp`` and names the
-statuses ``RepositoryModelLoad`` may answer (05 §Repository control): a bundle the spec calls
-invalid (01 §Manifest grammar, §Weights; 03) must fail with ``INTERNAL`` and the load error,
-a directory without ``manifest.yaml`` is no bundle (``NOT_FOUND``), and a change the spec
+statuses ``RepositoryModelLoad`` may answer: a bundle the documentation calls
+invalid must fail with ``INTERNAL`` and the load error,
+a directory without ``manifest.yaml`` is no bundle (``NOT_FOUND``), and a change the documentation
 allows (free text, provenance, renamed tensors) may load.
 """
 

@@ -1,8 +1,8 @@
 """The vocabulary of the request fuzz: a good base request, mutations of it, the status names.
 
 A :class:`Mutation` edits a raw ``ModelInferRequest`` (tritonclient's generated
-``service_pb2``) in place and names the statuses the spec documents for what it breaks (05
-§Status codes). The oracle is written from the spec, never from the server's code: a case
+``service_pb2``) in place and names the statuses docs/reference/protocol.md documents for what it
+breaks. The oracle is written from the documentation, never from the server's code: a case
 passes when its status is in the union of its mutations' sets::
 
     request = base_request(rows=3)
@@ -36,7 +36,7 @@ MAX_ROWS = 32
 SERVED = frozenset({"mlp", "two_io", "spin"})
 """Every model the fuzzed worker serves (names a strategy must not hit by chance)."""
 MAX_RECV_BYTES = 512 * 1024 * 1024
-"""The worker's default ``grpc.max_recv_msg_bytes`` (05 §Message limits)."""
+"""The worker's default ``grpc.max_recv_msg_bytes``."""
 PAYLOAD_CAP = 1 << 20
 """A mutation never builds a payload larger than this, whatever shape it declared."""
 
@@ -55,7 +55,7 @@ ITEMSIZE: dict[str, int] = {
     "FP32": 4,
     "FP64": 8,
 }
-"""KServe datatypes with a fixed element size (01 §Dtype vocabulary); ``BYTES`` has none."""
+"""KServe datatypes with a fixed element size; ``BYTES`` has none."""
 DATATYPES = (*ITEMSIZE, "BYTES")
 
 
@@ -69,14 +69,14 @@ class Mutation:
 
     @property
     def harmless(self) -> bool:
-        """Whether the spec allows this mutation to succeed."""
+        """Whether the protocol allows this mutation to succeed."""
         return OK in self.expected
 
 
 def expected_statuses(mutations: Sequence[Mutation]) -> frozenset[str]:
     """The statuses a request carrying all of ``mutations`` may end with.
 
-    Any of the violated conditions may be the one reported (the spec does not order them), so
+    Any of the violated conditions may be the one reported (their order is not documented), so
     the union; a request that breaks anything must not succeed.
     """
     union = frozenset().union(*(m.expected for m in mutations))

@@ -1,8 +1,9 @@
-"""Hypothesis strategies that break the tensors of a request (02 §Codec, 04 §Admission).
+"""Hypothesis strategies that break the tensors of a request.
 
 Each strategy draws a :class:`Mutation` of the fuzzed model's input ``x``: its datatype,
 shape, raw byte count, BYTES framing, typed contents, or the set of inputs itself. The
-statuses come from 05 §Status codes: every malformed tensor is ``INVALID_ARGUMENT``.
+statuses come from docs/reference/protocol.md (status codes): every malformed tensor is
+``INVALID_ARGUMENT``.
 """
 
 from __future__ import annotations

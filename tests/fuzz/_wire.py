@@ -1,6 +1,6 @@
 """Hypothesis strategies for everything around the tensors: outputs, parameters, SHM, model.
 
-Statuses per 05 (§Parameters honoured, §Status codes) and 02 (§Deadlines): a bad parameter
+Statuses per 05 and 02: a bad parameter
 type is ``INVALID_ARGUMENT``, unknown keys are ignored, non-positive timeouts mean "no
 deadline"; an unregistered region is ``FAILED_PRECONDITION``, a range outside a registered one
 ``INVALID_ARGUMENT``; an unknown model or version is ``NOT_FOUND``.
@@ -28,7 +28,7 @@ from ._requests import (
 )
 
 MAX_BUDGET_NS = 10 * 365 * 24 * 3600 * 10**9
-"""Budgets longer than 10 years mean "no deadline" (02 §Deadlines)."""
+"""Budgets longer than 10 years mean "no deadline"."""
 SAFE_BUDGET_NS = 5 * 10**9
 """A budget this long never expires on a request to an idle worker."""
 
@@ -79,7 +79,7 @@ def _budget(param: Param, unit_ns: int) -> frozenset[str]:
 
 
 def parameter_statuses(key: str, param: Param) -> frozenset[str]:
-    """What the spec says a request-level parameter ``key`` with this value leads to."""
+    """What the protocol says a request-level parameter ``key`` with this value leads to."""
     if key == "timeout":
         return _budget(param, 1000)
     if key == "reactant_timeout_ns":

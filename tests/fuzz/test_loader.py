@@ -2,7 +2,7 @@
 
 One real worker in ``explicit`` mode serves ``mlp``; each case writes a mutated copy of ``mlp``
 as ``fuzzed`` into its model directory and asks ``RepositoryModelLoad`` for it. The status must
-be the documented one (05 §Repository control), a failure's message is one line naming the
+be the documented one, a failure's message is one line naming the
 model, the index shows it ``UNAVAILABLE`` with the reason, and ``mlp`` keeps serving. At the
 end the pristine bundle loads under the same name and serves ``mlp``'s numbers.
 """

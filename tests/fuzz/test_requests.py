@@ -1,7 +1,7 @@
 """Property: a malformed ``ModelInferRequest`` gets its documented status and harms nothing.
 
 One real worker (``static`` mode), raw ``service_pb2`` requests over gRPC. Every case must end
-with a status of the set the spec documents for what it breaks (05 §Status codes; never
+with a status of the set docs/reference/protocol.md documents for what it breaks (never
 ``INTERNAL`` or ``UNKNOWN``, never a hang), and after each one a good inference,
 ``ServerReady`` and ``ModelControlStatus`` succeed. At the end the worker is alive and its
 RSS grew less than :data:`RSS_GROWTH_BOUND` after warm-up.

@@ -1,4 +1,4 @@
-"""Failover (08 §Status pass-through and failover): a worker dies under load, then every worker.
+"""Failover: a worker dies under load, then every worker.
 
 Each test owns its workers (they are killed) and its gateway; workers start on the session
 ``cache_dir`` and so do not compile.
@@ -145,7 +145,7 @@ def test_a_killed_worker_loses_no_request(repo: Path, cache_dir: Path, tmp_path:
 
 
 def _shm_with_a_dead_worker(client: Any, survivor: WorkerProcess) -> None:
-    """Register rolls back on the survivor (08 §Shared memory); unregister needs only one."""
+    """Register rolls back on the survivor; unregister needs only one."""
     key = f"/rs_gw_dead_{os.getpid()}"
     handle = shm.create_shared_memory_region("gw_dead", key, 64)
     try:

@@ -1,4 +1,4 @@
-"""RepositoryModelLoad/Unload fan-out over two ``explicit`` workers, and the route refresh (08)."""
+"""RepositoryModelLoad/Unload fan-out over two ``explicit`` workers, and the route refresh."""
 
 from __future__ import annotations
 

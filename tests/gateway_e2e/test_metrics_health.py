@@ -1,4 +1,4 @@
-"""The gateway's HTTP port (08 §Metrics aggregation; 12): its series, the workers', health."""
+"""The gateway's HTTP port: its series, the workers', health."""
 
 from __future__ import annotations
 

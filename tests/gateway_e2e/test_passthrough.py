@@ -1,4 +1,4 @@
-"""Status pass-through (08 §Status pass-through): worker statuses unchanged, gateway's own codes.
+"""Status pass-through: worker statuses unchanged, gateway's own codes.
 
 Each bad request is followed by a good one, which must still succeed.
 """

@@ -1,4 +1,4 @@
-"""Every inference-service RPC through the gateway, against the workers' own answers (08)."""
+"""Every inference-service RPC through the gateway, against the workers' own answers."""
 
 from __future__ import annotations
 

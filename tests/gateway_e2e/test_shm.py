@@ -1,4 +1,4 @@
-"""System shared memory through the gateway (08 §Shared memory fan-out): every worker sees it."""
+"""System shared memory through the gateway: every worker sees it."""
 
 from __future__ import annotations
 

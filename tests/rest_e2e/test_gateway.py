@@ -1,5 +1,5 @@
 """REST through the gateway: ``round_robin`` spreads inference over both workers, and a killed
-worker is failed over exactly as on gRPC (08 §ModelInfer path)."""
+worker is failed over exactly as on gRPC."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``RepositoryModelLoad`` / ``Unload`` over REST on ``explicit``-mode workers (05, 06).
+"""``RepositoryModelLoad`` / ``Unload`` over REST on ``explicit``-mode workers.
 
 Through the worker only that worker changes; through the gateway the call fans out to both.
 Each test leaves the model loaded again.
@@ -44,7 +44,7 @@ def test_load_errors(target: Target) -> None:
     answer = request(target, "/v2/repository/models/no_such_bundle/load", b"")
     assert answer.status == 404, answer
     assert "no_such_bundle" in error_body(answer)
-    # A config override is refused (05 §Repository control) the same way on both protocols.
+    # A config override is refused the same way on both protocols.
     with target.clients() as (rest, rpc):
         with pytest.raises(InferenceServerException) as caught:
             rpc.load_model(MODEL, config="{}")

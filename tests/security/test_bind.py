@@ -1,4 +1,4 @@
-"""Bind addresses (spec 12 §Security): workers behind a gateway listen on loopback only.
+"""Bind addresses: workers behind a gateway listen on loopback only.
 
 A ``gpus: 2`` node runs two workers behind its gateway; the listening sockets of every worker
 process are on ``127.0.0.1``, while the gateway's public ports are wherever ``listen.*`` puts

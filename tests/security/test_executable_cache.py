@@ -1,4 +1,4 @@
-"""The executable cache must be private to the server user (spec 03: enforced).
+"""The executable cache must be private to the server user (enforced).
 
 Deserialising a cached executable trusts its bytes, so a worker whose executable cache folder
 (``<cache_dir>/executables``) is group- or world-writable, or owned by another user, keeps

@@ -4,7 +4,7 @@ The capped worker takes at most 1 MiB per message and the gateway in front of it
 ``conftest.py``): a bigger request gets ``RESOURCE_EXHAUSTED`` from whichever process it
 overflows, and both keep serving. With ``endpoints.control_service: false`` (worker) and
 ``control_service: false`` (gateway) every control RPC is ``UNIMPLEMENTED`` while inference
-works; there is no separate control address to bind (spec 12 §Security: disable the services
+works; there is no separate control address to bind (docs/security.md: disable the services
 or restrict the port with network policy).
 """
 

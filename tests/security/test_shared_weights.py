@@ -1,4 +1,4 @@
-"""Shared host weight regions: mode ``0o660`` by default, ``666`` warns (spec 12, 02).
+"""Shared host weight regions: mode ``0o660`` by default, ``666`` warns.
 
 A worker with ``runtime.shared_host_weights`` maps each model's weights from
 ``/dev/shm/rsw-<model>-<digest>`` and holds ``<name>.lock`` next to it; both are created with

@@ -1,4 +1,4 @@
-"""Shared-memory keys name one object under ``/dev/shm`` and nothing else (spec 12, 05).
+"""Shared-memory keys name one object under ``/dev/shm`` and nothing else.
 
 Every key that could reach outside ``/dev/shm`` (traversal, absolute paths, nested names) or
 that names something other than a regular shared memory object there (a symlink, a directory,

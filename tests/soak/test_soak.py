@@ -1,4 +1,4 @@
-"""The soak (12 §Failure behaviour): N mixed requests at concurrency 32, nothing lost or leaked.
+"""The soak: N mixed requests at concurrency 32, nothing lost or leaked.
 
 One worker under an on-demand weight budget that keeps evicting serves 32 stock
 ``tritonclient.grpc`` clients (plain, ``async_infer`` and system shared memory in and out,

@@ -1,4 +1,4 @@
-"""Bundles of the meta-model end-to-end tests (07): test metas, bad metas and references.
+"""Bundles of the meta-model end-to-end tests: test metas, bad metas and references.
 
 The repository of ``test_meta.py`` holds the ``pipeline`` example (``pipeline_embed``,
 ``pipeline_score`` and the meta ``pipeline``), :data:`~._bundles.SPIN` and copies of it, and

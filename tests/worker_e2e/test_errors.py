@@ -1,4 +1,5 @@
-"""Every bad request of 05 §Status codes gets its status, and good requests keep succeeding.
+"""Every bad request in docs/reference/protocol.md's status table gets its status, and good
+requests keep succeeding.
 
 Each bad request is sent together with a good one (both in flight at once) and followed by
 another good one; the good ones must get their own correct rows. Requests are built by hand

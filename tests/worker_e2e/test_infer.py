@@ -1,4 +1,4 @@
-"""``ModelInfer`` on the shipped examples through tritonclient (02 §Codec, 05)."""
+"""``ModelInfer`` on the shipped examples through tritonclient."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The model lifecycle end to end (06): workers of their own, changed through their directories.
+"""The model lifecycle end to end: workers of their own, changed through their directories.
 
 A ``dynamic`` worker polls a model directory of its own every :data:`POLL_S`; the tests publish,
 rewrite, delete and rename bundles there the way an operator would (atomic publication) and
@@ -449,7 +449,7 @@ def test_explicit_load_and_unload(explicit: WorkerProcess, eclient: Any) -> None
 
 
 def test_repository_control_refuses_parameters(explicit: WorkerProcess, eclient: Any) -> None:
-    """Config overrides and files are not supported (05 §Repository control), nothing moves."""
+    """Config overrides and files are not supported, nothing moves."""
     eclient.load_model("solo")
     error = failure(eclient.load_model, "solo", config='{"max_batch_size": 4}')
     assert status_of(error) == "INVALID_ARGUMENT", error

@@ -1,4 +1,4 @@
-"""Meta models end to end (07): real workers of their own, driven through ``tritonclient.grpc``.
+"""Meta models end to end: real workers of their own, driven through ``tritonclient.grpc``.
 
 A ``static`` worker (``fifo`` discipline, meta gate capacity 1) serves the ``pipeline``
 example, :data:`~._bundles.SPIN` and copies of it, and the test metas of ``_meta_bundles.py``;
@@ -244,7 +244,7 @@ def test_pipeline_matches_its_stages_run_directly(mclient: Any) -> None:
 
     after = model_stats(mclient, META)
     requests = 3 * len(ITEM_COUNTS)
-    # 07 §Statistics: one dispatch and one row per meta request, whatever its row count
+    # Statistics: one dispatch and one row per meta request, whatever its row count
     assert after.execution_count - before.execution_count == requests
     assert after.inference_count - before.inference_count == requests
     assert after.inference_stats.success.count - before.inference_stats.success.count == requests
@@ -460,7 +460,7 @@ def test_meta_calling_a_loaded_meta_does_not_load(
 
 
 def test_meta_calling_a_meta_at_start_up_does_not_hide_its_callee(eclient: Any) -> None:
-    # 07 §Validation: a meta may call regular models only. Both bundles were there at start-up:
+    # Validation: a meta may call regular models only. Both bundles were there at start-up:
     # the caller fails to load (BundleError, as when the callee was loaded first), and the
     # callee (a valid compute-only meta) stays a model of its own.
     x = rows(2, 16, seed=7)

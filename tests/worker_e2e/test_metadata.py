@@ -1,4 +1,4 @@
-"""Health, metadata, configuration and the repository index (05 §Inference service RPCs)."""
+"""Health, metadata, configuration and the repository index."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Deadlines, statistics and coalescing, observed through ModelStatistics (04, 05 §Statistics)."""
+"""Deadlines, statistics and coalescing, observed through ModelStatistics."""
 
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ def test_concurrent_requests_coalesce_and_keep_their_rows(
         assert result.get_response().id == str(i)
         assert_close(result.as_numpy("logits"), mlp_reference(weights["mlp"], x))
     assert after.inference_count - before.inference_count == sum(len(x) for x in xs)
-    # 24 requests (60 rows) queued together: 04 §Batch planning takes the largest compiled
+    # 24 requests (60 rows) queued together: batch planning takes the largest compiled
     # size <= the queued rows, so 32, then 8s (e.g. 32 + 8 + 8 + 8 + a padded 8 = 5)
     executions = after.execution_count - before.execution_count
     assert 2 <= executions <= BURST // 4, executions
@@ -182,7 +182,7 @@ def test_queue_delay_coalesces_requests_sent_to_an_idle_worker(
         "INFERENCE_SERVER_MODEL_CONTROL_MODE": "static",
         "INFERENCE_SERVER_SCHEDULER_MAX_QUEUE_DELAY_MICROSECONDS": str(QUEUE_DELAY_US),
     }
-    # mlp compiles 1, 8 and 32: eight one-row requests fill one 8 (04 §Batch planning).
+    # mlp compiles 1, 8 and 32: eight one-row requests fill one 8.
     xs = [rows(1, 16, seed=140 + i) for i in range(8)]
     with (
         running_worker(repo, tmp_path / "worker.log", env) as worker,

@@ -1,4 +1,4 @@
-"""System shared memory in and out (02 §Codec, §Shared-memory registry; 05)."""
+"""System shared memory in and out."""
 
 from __future__ import annotations
 

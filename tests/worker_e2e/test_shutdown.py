@@ -1,4 +1,4 @@
-"""A worker of its own: the in-flight cap, then a graceful SIGTERM (05, 12 §Failure behaviour)."""
+"""A worker of its own: the in-flight cap, then a graceful SIGTERM."""
 
 from __future__ import annotations
 
@@ -142,7 +142,7 @@ def test_inflight_cap_then_graceful_sigterm(
                 client.infer(HOOKY, [infer_input("x", rows(1, 16, seed=21), "FP32")])
             assert status_of(refused.value) == "UNAVAILABLE", refused.value
             (gates / "gate-1").touch()
-        # the request that was in its hook gets exactly one answer (04 §Admission step 6: a
+        # the request that was in its hook gets exactly one answer (a
         # request reaching the queue after shutdown began is refused)
         assert in_hook.status() in {"OK", "UNAVAILABLE"}
     assert worker.wait(GRACE_S) == 0, worker.log_tail()

@@ -1,4 +1,4 @@
-"""``ModelStreamInfer`` through tritonclient's sync and asyncio streams (05 §Streaming)."""
+"""``ModelStreamInfer`` through tritonclient's sync and asyncio streams."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""gRPC health, reflection, WorkerControl and the HTTP port (05 §Health, reflection; 12)."""
+"""gRPC health, reflection, WorkerControl and the HTTP port."""
 
 from __future__ import annotations
 

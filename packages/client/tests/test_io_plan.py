@@ -1,4 +1,4 @@
-"""chunk_plan and chunks: the geometry of 10 §Batched IO drivers, with its worked examples."""
+"""chunk_plan and chunks: the geometry of the batched IO drivers, with worked examples."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def shm() -> Iterator[StagingPool]:
         yield pool
 
 
-# -- the spec's examples (1024-byte slots) ----------------------------------------------------
+# -- the documented examples (1024-byte slots) ----------------------------------------------------
 
 
 @pytest.mark.parametrize(

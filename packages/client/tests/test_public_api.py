@@ -32,7 +32,7 @@ SPEC_NAMES = {
     "validate_io",
     "manifest_io_spec",
 }
-"""Names 10-client.md calls part of the API."""
+"""Names the client's documentation (packages/client/README.md) calls part of the API."""
 
 
 def test_all_is_sorted_and_unique() -> None:

@@ -1,4 +1,4 @@
-"""Stale registrations: a server that forgot this process's regions (10 §Shared-memory helpers).
+"""Stale registrations: a server that forgot this process's regions.
 
 ``forget()`` drops every registration as a restarted server would; the next request that
 references a region gets ``FAILED_PRECONDITION`` and the client registers again, once per

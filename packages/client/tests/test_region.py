@@ -1,4 +1,4 @@
-"""ShmRegion / create_region: real POSIX SHM objects in /dev/shm (10 §Shared-memory helpers)."""
+"""ShmRegion / create_region: real POSIX SHM objects in /dev/shm."""
 
 from __future__ import annotations
 

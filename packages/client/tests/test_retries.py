@@ -1,4 +1,4 @@
-"""Retries against a server that sheds on script (10 §Retry policy).
+"""Retries against a server that sheds on script.
 
 Requests here are inline (plain ``InferInput``), so only the retry rules are in play. The server
 records every attempt's gRPC timeout and ``reactant_timeout_ns``.

@@ -1,4 +1,4 @@
-"""RetryPolicy and Backoff: the retryable table and the algorithm of 10 §Retry policy."""
+"""RetryPolicy and Backoff: the retryable table and the backoff algorithm."""
 
 from __future__ import annotations
 

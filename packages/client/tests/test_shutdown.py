@@ -1,4 +1,4 @@
-"""``shutdown()``: leave every server as we found it, quickly, and stay usable (10 §Shared memory).
+"""``shutdown()``: leave every server as we found it, quickly, and stay usable.
 
 It unregisters staging pools wherever they were registered, unlinks their ``/dev/shm`` objects,
 stops background re-probes (returning within about a second even when a probe hangs) and
@@ -39,7 +39,7 @@ from ._scripted import (
 SHM = Path("/dev/shm")
 METADATA = INFERENCE_METHODS["ModelMetadata"]
 REPROBE_PREFIX = "reactantserver-client-reprobe-"
-SPEC_BOUND_S = 5.0  # the spec says within 1 s; generous for loaded CI machines
+SPEC_BOUND_S = 5.0  # documented as within 1 s; generous for loaded CI machines
 
 
 def metadata_call(key: ChannelKey) -> pb.ModelMetadataResponse:

@@ -1,4 +1,4 @@
-"""StagingPool, StagingSlot and pool_of: naming, /dev/shm backing, carving (10 §SHM helpers)."""
+"""StagingPool, StagingSlot and pool_of: naming, /dev/shm backing, carving."""
 
 from __future__ import annotations
 

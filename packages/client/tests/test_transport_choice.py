@@ -1,4 +1,4 @@
-"""SHM or inline: the ``IsSameIPCNamespace`` table of 10 §Shared-memory helpers, row by row.
+"""SHM or inline: the ``IsSameIPCNamespace`` decision table, row by row.
 
 Each row is checked through ``infer_sync`` and ``infer_async``, with a batched
 ``InferenceIO`` that declares its output (so an SHM pool gets it written into the slot and

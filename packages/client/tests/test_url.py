@@ -1,4 +1,4 @@
-"""parse_url: every accepted form of 10 §Public API, and every rejected one."""
+"""parse_url: every accepted form, and every rejected one."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Log lines in both formats of 12 §Logs."""
+"""Log lines in both formats (text and JSON)."""
 
 from __future__ import annotations
 

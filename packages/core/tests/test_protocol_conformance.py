@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 DUMPER = Path(__file__).with_name("_descriptor_dump.py")
-# Methods we serve beyond Triton's service (02-core §Protocol).
+# Methods we serve beyond Triton's service (docs/reference/protocol.md).
 EXTRA_METHODS = {"IsSameIPCNamespace"}
 EXTRA_MESSAGES = {"IsSameIPCNamespaceRequest", "IsSameIPCNamespaceResponse"}
 

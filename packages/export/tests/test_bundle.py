@@ -1,4 +1,4 @@
-"""``write_bundle``: exactly the files and manifest of spec 01, checked with core's parsers."""
+"""``write_bundle``: exactly the files and manifest of a bundle, checked with core's parsers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Atomic publication (01 §Atomic publication): tmp sibling, swap, no leftovers."""
+"""Atomic publication: tmp sibling, swap, no leftovers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Child: one run of a real child process, its exit, and its stop (09 §Child processes)."""
+"""Child: one run of a real child process, its exit, and its stop."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LogMux: prefixed, unbroken lines from real child pipes (09 §Log multiplexing)."""
+"""LogMux: prefixed, unbroken lines from real child pipes."""
 
 from __future__ import annotations
 

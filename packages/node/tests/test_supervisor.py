@@ -1,4 +1,4 @@
-"""Supervisor: restarts, crash budget, liveness, signals and a clean shutdown (09)."""
+"""Supervisor: restarts, crash budget, liveness, signals and a clean shutdown."""
 
 from __future__ import annotations
 

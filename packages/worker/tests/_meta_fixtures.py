@@ -1,4 +1,4 @@
-"""Shared fixtures and helpers for the meta-model server tests (07).
+"""Shared fixtures and helpers for the meta-model server tests.
 
 Real bundles throughout: the pipeline example's jax sub-models, metas written with
 ``reactantserver.export.write_bundle(kind="meta")``, loaded by ``boot.load_model`` /

@@ -143,7 +143,7 @@ def test_deleted_arguments_and_freed_executables_fail() -> None:
 
 
 def test_runtime_modules_import_without_jax() -> None:
-    # The test seam and the weight runtime talk to the Backend protocol only (spec 03).
+    # The test seam and the weight runtime talk to the Backend protocol only.
     code = """
 import sys
 

@@ -1,4 +1,4 @@
-"""Deadlines (02 §Deadlines) with an injected clock: no sleeping."""
+"""Deadlines with an injected clock: no sleeping."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""decode_request: every rejection of 02 §Decoding, check order, zero-copy, no early allocation."""
+"""decode_request: every rejection, check order, zero-copy, no early allocation."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Environment overrides and the other worker variables (02 §Environment overrides)."""
+"""Environment overrides and the other worker variables."""
 
 from __future__ import annotations
 

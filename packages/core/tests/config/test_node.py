@@ -1,4 +1,4 @@
-"""Node file (02 §Node file, 09 §Supervisor keys): parsing, worker resolution, models map, ports."""
+"""Node file: parsing, worker resolution, models map, ports."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Worker keys (02 §Worker keys): defaults, every validation rule, aliases, removed keys."""
+"""Worker keys: defaults, every validation rule, aliases, removed keys."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def reject(data: dict[str, Any], env: dict[str, str] | None = None) -> str:
     return str(info.value)
 
 
-# 02 §Worker keys, one row per key.
+# The worker keys (docs/reference/configuration.md), one row per key.
 SPEC_DEFAULTS: list[tuple[str, object]] = [
     ("cache_dir", ""),
     ("model_dirs", ()),
@@ -154,7 +154,7 @@ def test_empty_mapping_gives_defaults_with_resolved_cache_dirs() -> None:
     assert worker_config_from_mapping(None, ENV) == expected
 
 
-# (key path, bad value): every range and enum rule of the spec table.
+# (key path, bad value): every range and enum rule of the worker keys.
 REJECTED: list[tuple[str, object]] = [
     ("model_control_mode", "manual"),
     ("model_poll_seconds", -1),
@@ -220,7 +220,7 @@ def test_rule_rejects_and_names_the_key_path(path: str, value: object) -> None:
     assert "\n" not in message
 
 
-# Values on the edge of each range that the spec allows.
+# Values on the edge of each range that are allowed.
 ACCEPTED: list[tuple[str, object]] = [
     ("runtime.mem_fraction", 1),
     ("runtime.weight_cache_fraction", 0),

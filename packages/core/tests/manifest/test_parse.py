@@ -463,7 +463,7 @@ def test_meta_wire_batch_input_from_client_inputs() -> None:
     assert manifest.wire_batch_axis == 1
 
 
-# --- the spec's example ---------------------------------------------------------------------
+# --- the documented example ---------------------------------------------------------------------
 
 
 def test_spec_example() -> None:

@@ -1,4 +1,4 @@
-"""SchedulingKnobs and SetSchedulingPolicy / Repack semantics against 08 §GatewayControl."""
+"""SchedulingKnobs and SetSchedulingPolicy / Repack semantics of ``GatewayControl``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""RoutingMeta, the EWMA clock and request weights against 08 §RoutingMeta."""
+"""RoutingMeta, the EWMA clock and request weights."""
 
 from __future__ import annotations
 

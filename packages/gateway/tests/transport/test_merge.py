@@ -1,4 +1,4 @@
-"""Fan-out merges: statistics, repository index, IPC namespace, compaction (08)."""
+"""Fan-out merges: statistics, repository index, IPC namespace, compaction."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Raw-bytes scanning of inference bodies, checked against the generated protobuf parser (08)."""
+"""Raw-bytes scanning of inference bodies, checked against the generated protobuf parser."""
 
 from __future__ import annotations
 

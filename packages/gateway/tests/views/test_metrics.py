@@ -1,4 +1,5 @@
-"""GatewayMetrics: the spec 12 gateway families, per-mode exposure, helpers and placement."""
+"""GatewayMetrics: the gateway families of docs/reference/metrics.md, per-mode exposure, helpers
+and placement."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from reactantserver.gateway.views.metrics import (
     GatewayMetrics,
 )
 
-#: Spec 12 §Metrics/Gateway: family (as parsed: counters without ``_total``) -> type, labels.
+#: docs/reference/metrics.md, gateway: family (as parsed: counters without ``_total``) -> type,
+#: labels.
 COMMON = {
     "reactantserver_gateway_requests": ("counter", ("model", "rpc", "status")),
     "reactantserver_gateway_request_latency_seconds": ("histogram", ("model", "rpc")),

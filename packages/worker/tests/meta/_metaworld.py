@@ -1,4 +1,4 @@
-"""Bundles and started workers for the meta-model tests (07-meta-models.md).
+"""Bundles and started workers for the meta-model tests.
 
 The sub-models are the pipeline example's two jax stages, exported once per test module by
 ``examples.pipeline.export.export`` (with the example meta ``pipeline``), plus ``hooked``: the

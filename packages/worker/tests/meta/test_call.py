@@ -1,4 +1,4 @@
-"""MetaCallSession, the ``call`` a meta's ``run`` receives: sub-calls and scratch (07 §run).
+"""MetaCallSession, the ``call`` a meta's ``run`` receives: sub-calls and scratch.
 
 The sessions here are driven from the test thread against a started worker (real jax
 sub-models on the CPU, the scheduler's dispatch thread running), exactly as ``run`` drives

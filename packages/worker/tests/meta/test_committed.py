@@ -1,4 +1,4 @@
-"""Committed meta sub-calls in the dispatch loop, where the scheduler tests leave gaps (04, 07).
+"""Committed meta sub-calls in the dispatch loop, where the scheduler tests leave gaps.
 
 ``packages/worker/tests/scheduler`` already shows, on a fake clock and ``step()``: a committed
 request dispatched first under ``fifo`` and leading its batch, committed requests oldest

@@ -1,4 +1,4 @@
-"""MetaGate: a FIFO, deadline-bounded counting semaphore for gated metas (07 §Execution).
+"""MetaGate: a FIFO, deadline-bounded counting semaphore for gated metas.
 
 Every scenario runs on its own event loop (``asyncio.run``); waiters are tasks, and
 ``asyncio.sleep(0)`` turns let each one reach the gate in a known order.

@@ -1,4 +1,4 @@
-"""MetaRunner: one meta request end to end in process (07 §run contract, §Execution, §Statistics).
+"""MetaRunner: one meta request end to end in process.
 
 Requests go through ``MetaRunner.infer`` (the data plane's path for a meta) on a fresh event
 loop; ``run`` executes in the worker's hook pool and its sub-calls on the real scheduler with

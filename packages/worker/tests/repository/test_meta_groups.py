@@ -1,4 +1,4 @@
-"""Meta models in the server: registry groups and readiness (07).
+"""Meta models in the server: registry groups and readiness.
 
 Real bundles throughout (see ``_meta_fixtures``): registries and worker states are built from
 the compiled entries of one world with every bundle loaded.

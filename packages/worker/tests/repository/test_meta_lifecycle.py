@@ -1,4 +1,4 @@
-"""Meta models in the server: lifecycle changes and load-time rejections (07).
+"""Meta models in the server: lifecycle changes and load-time rejections.
 
 Real bundles throughout (see ``_meta_fixtures``): metas are installed, reloaded, renamed and
 unloaded by ``ModelLifecycle`` on a started runtime, and broken meta bundles are refused by

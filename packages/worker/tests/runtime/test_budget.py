@@ -1,4 +1,4 @@
-"""The weight budget formula of spec 03 §Weight budget, row by row."""
+"""The weight budget formula, row by row."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from reactantserver.worker.runtime.budget import (
     solve_weight_budget,
 )
 
-# A, f, w, S, P -> scratch_ceiling, weight_pool, on_demand_budget, over-commit (spec 03 table).
+# A, f, w, S, P -> scratch_ceiling, weight_pool, on_demand_budget, over-commit.
 SPEC_TABLE = [
     (1000, 1.0, 0.1, 0, 0, 900, 900, 900, False),
     (1000, 0.5, 0.1, 0, 0, 900, 500, 500, False),

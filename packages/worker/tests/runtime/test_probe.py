@@ -1,4 +1,4 @@
-"""Start-up scratch probe and warmup (spec 03 §Start-up probe and warmup) on the MockBackend."""
+"""Start-up scratch probe and warmup on the MockBackend."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Residency floors and the resolution rule of spec 03 §Residency."""
+"""Residency floors and their resolution rule."""
 
 from __future__ import annotations
 

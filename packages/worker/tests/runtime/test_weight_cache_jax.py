@@ -1,4 +1,4 @@
-"""The on-demand weight cache on the real jax CPU backend (spec 03 §On-demand weight cache).
+"""The on-demand weight cache on the real jax CPU backend.
 
 Three small dense models share one compiled shape; each has 4160 bytes of weights and the
 budget fits exactly one of them, so every switch is an eviction and a reload.

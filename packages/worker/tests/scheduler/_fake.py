@@ -146,7 +146,7 @@ class Harness:
     ) -> None:
         self.clock = FakeClock()
         self.backend = MockBackend(clock=self.clock)
-        # The planning rules are tested as the spec lists them, without the pad-up step
+        # The planning rules are tested as they are documented, without the pad-up step
         # (on by default since the adaptive wait); tests of pad-up turn it on themselves.
         settings.setdefault("pad_up_when_cheaper", False)
         self.config = config or SchedulerConfig(**settings)

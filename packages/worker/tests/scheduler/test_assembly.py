@@ -1,4 +1,4 @@
-"""Batch assembly and result slicing (04 §Assembly, execution, slicing)."""
+"""Batch assembly and result slicing."""
 
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ def test_assemble_then_split_round_trip() -> None:
         np.testing.assert_array_equal(result, request * 2)
 
 
-# -- the spec's example ------------------------------------------------------------------------
+# -- the documented example ------------------------------------------------------------------------
 
 WEIGHTS = np.array([10, 100], np.float32)
 

@@ -1,4 +1,4 @@
-"""Learned per-(model, batch size) costs (04 §Cost learning)."""
+"""Learned per-(model, batch size) costs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Deadlines and cancellation in the dispatch loop (04 §Deadlines, §Cancellation).
+"""Deadlines and cancellation in the dispatch loop.
 
 The fake clock moves only when an execution runs or a test advances it, so "expired" is
 exact. Dispatch admission re-reads the clock after the purge; one test moves time between

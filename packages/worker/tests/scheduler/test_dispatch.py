@@ -1,4 +1,4 @@
-"""The dispatch loop end to end on a fake clock (04 §Decision order, batching, failures).
+"""The dispatch loop end to end on a fake clock.
 
 Every test drives :meth:`Scheduler.step` on the test thread over a recording
 :class:`MockBackend`; executions take exactly the durations set per model, so learned costs

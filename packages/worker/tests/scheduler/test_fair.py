@@ -1,4 +1,4 @@
-"""The fair discipline's arithmetic and selection (04 §Fair priority, worked example and checks)."""
+"""The fair discipline's arithmetic and selection."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reload and unload while requests are queued (04 §Generations).
+"""Reload and unload while requests are queued.
 
 A new generation admits at once; requests already queued keep the generation they were
 validated against, coalesce only with each other, and the old generation's ``on_drained``

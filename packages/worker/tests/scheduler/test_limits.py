@@ -1,4 +1,4 @@
-"""The worker-wide in-flight cap (04 §Limits, ``endpoints.max_concurrent_requests``)."""
+"""The worker-wide in-flight cap."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ScheduledModel: executable-level request checks and the effective max batch (04 §Admission)."""
+"""ScheduledModel: executable-level request checks and the effective max batch."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The per-queue plan memo: a reused plan always equals planning afresh (04 §Batch planning)."""
+"""The per-queue plan memo: a reused plan always equals planning afresh."""
 
 from __future__ import annotations
 

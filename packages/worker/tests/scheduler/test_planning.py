@@ -1,4 +1,4 @@
-"""Batch planning against the spec's table (04 §Batch planning), pad-up (step 8) included."""
+"""Batch planning against its table, pad-up (step 8) included."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Per-model queues, fifo / edf selection and completions (04 §Queue ordering, §Decision order)."""
+"""Per-model queues, fifo / edf selection and completions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Stopping the scheduler (04 §Shutdown): drain within the grace, then fail what is left.
+"""Stopping the scheduler: drain within the grace, then fail what is left.
 
 These run the real dispatch thread on the real clock. An execution is held open with a
 :class:`Gate` so the test decides what is queued when the grace ends; waits are bounded and

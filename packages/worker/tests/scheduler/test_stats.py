@@ -1,4 +1,4 @@
-"""Per-model statistics: counters, the queue-wait ring and its percentiles (04 §Metrics)."""
+"""Per-model statistics: counters, the queue-wait ring and its percentiles."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Request tensors against declared specs (04 §Request admission, steps 3-5)."""
+"""Request tensors against declared specs."""
 
 from __future__ import annotations
 

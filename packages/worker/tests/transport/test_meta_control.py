@@ -1,4 +1,4 @@
-"""Meta models in the server: ``WorkerControl`` status, residency, policy and compaction (07).
+"""Meta models in the server: ``WorkerControl`` status, residency, policy and compaction.
 
 Real bundles throughout (see ``_meta_fixtures``); ``WorkerControl`` is served by a real
 ``grpc.aio`` server on 127.0.0.1.

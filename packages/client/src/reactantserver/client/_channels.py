@@ -27,7 +27,7 @@ KEEPALIVE_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
 )
-"""Ping every 30 s with a 20 s timeout, even when no call is in flight (10 §Public API)."""
+"""Ping every 30 s with a 20 s timeout, even when no call is in flight."""
 
 
 @attrs.frozen

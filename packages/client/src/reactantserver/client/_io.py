@@ -94,7 +94,7 @@ def chunk_plan(
     pool: StagingPool,
     max_batch_size: int,
 ) -> ChunkPlan:
-    """The geometry of 10 §Batched IO drivers.
+    """The geometry of the batched IO drivers.
 
     ``per_item`` counts the declared outputs too when the pool is SHM (they are written into
     the slot after the inputs); ``span = ceil(per_item / slot_bytes)`` must fit the pool, and

@@ -4,7 +4,7 @@ Each attempt sends the *remaining* budget as the gRPC timeout and as ``reactant_
 A stale registration (the server forgot a region this request referenced) is re-registered
 once and the request re-sent; if that does not help, staging pools fall back to inline bytes
 (the request is re-sent inline) and anything else is raised. Retryable statuses wait out a
-jittered backoff (10 §Retry policy).
+jittered backoff.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Which failures are worth another attempt, and how long to wait before it (10 §Retry policy).
+"""Which failures are worth another attempt, and how long to wait before it.
 
 One request's schedule::
 

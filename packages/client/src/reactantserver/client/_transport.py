@@ -5,8 +5,8 @@ What a server knows about this process's regions is tracked per endpoint (``host
 - every region this client registered there (pools and explicit regions), so a server that
   restarted and forgot them can be told again (one re-registration per failure wave: a
   generation counter coalesces concurrent failures);
-- per staging pool, the transport chosen by the ``IsSameIPCNamespace`` probe (10 §Transport
-  choice), and whether the pool is latched to inline after recovery failed, in which case one
+- per staging pool, the transport chosen by the ``IsSameIPCNamespace`` probe, and whether the pool
+is latched to inline after recovery failed, in which case one
   background thread re-probes every ``reprobe_interval`` seconds until SHM works again.
 
 All server I/O is written as flows (see ``_flow``), so sync and async callers share it.
@@ -206,7 +206,7 @@ class Endpoint:
     def use_shm_flow(
         self, key: ChannelKey, pool: StagingPool, mode: SharedMemoryMode, timeout: float
     ) -> Flow[bool]:
-        """Whether requests through ``key`` should reference ``pool`` in place (10 §Transport)."""
+        """Whether requests through ``key`` should reference ``pool`` in place."""
         if mode == "off" or not pool.shm:
             return False
         link = self._link(pool)

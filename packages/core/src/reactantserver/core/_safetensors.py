@@ -1,8 +1,9 @@
 """Safetensors header reader and ``preadv`` data access for ``weights.safetensors``.
 
 The header is parsed here rather than by the ``safetensors`` package so every rule of
-01 §weights.safetensors is checked in one place and data never come through a long-lived
-mmap: a bundle rewritten in place cannot fault the process (02 §Weight stores)::
+The ``weights.safetensors`` format (docs/reference/bundle.md) is checked in one place and data
+never come through a long-lived
+mmap: a bundle rewritten in place cannot fault the process::
 
     with SafetensorsReader(bundle / "weights.safetensors") as reader:
         arrays = [aligned_empty(s.shape, s.dtype.numpy) for s in reader.specs()]

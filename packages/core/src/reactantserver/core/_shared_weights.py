@@ -1,6 +1,6 @@
 """Node-shared host weights: one POSIX SHM region per model, coordinated with ``flock``.
 
-Implements ``SharedWeightStore`` of 02 §Weight stores. Every worker of a node that loads the
+Implements ``SharedWeightStore``. Every worker of a node that loads the
 same model (same digest) maps the same ``/dev/shm/rsw-<model>-<digest>`` object read-only;
 exactly one of them fills it. The lock file next to it carries the holder count in the
 kernel: each attached worker keeps ``LOCK_SH`` on it, so whoever can take ``LOCK_EX`` is the
@@ -200,7 +200,7 @@ class _Attachment:
 
 
 class SharedWeightStore:
-    """Host weights shared by all workers of a node through POSIX SHM (02 §Weight stores).
+    """Host weights shared by all workers of a node through POSIX SHM.
 
     ``mode`` is the permission of every region and lock file this store creates (``umask``
     does not apply). ``shm_dir`` exists for tests; workers share ``/dev/shm``.

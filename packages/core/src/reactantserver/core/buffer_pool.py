@@ -1,4 +1,4 @@
-"""Fixed-size staging allocator: equal slots over one mapping, handed out FIFO (02 §BufferPool).
+"""Fixed-size staging allocator: equal slots over one mapping, handed out FIFO.
 
 Used by the client for SHM staging pools and by meta models for scratch memory::
 
@@ -47,7 +47,7 @@ def shm_path(key: str) -> Path:
     For the client side, which owns the object; the server's registry applies the same rule
     with its own status (``shm.resolve_key``).
     """
-    # Same rule as the server's registry (02 §Shared-memory registry), so a pool key is a
+    # Same rule as the server's registry, so a pool key is a
     # region key the server resolves to this very file.
     name = key[1:] if key.startswith("/") else key
     if not name or "/" in name or "\0" in name or name in (".", ".."):

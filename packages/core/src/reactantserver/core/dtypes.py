@@ -1,6 +1,6 @@
 """Element types: manifest tokens, NumPy dtypes, KServe datatypes, safetensors dtypes.
 
-One :class:`DType` member per manifest token (01 §Dtype vocabulary)::
+One :class:`DType` member per manifest token::
 
     DType.from_kserve("FP32").numpy   # dtype('float32')
     DType.from_token("bf16").itemsize  # 2

@@ -94,7 +94,8 @@ class ShuttingDownError(ReactantError):
 
 
 class ManifestError(ValueError):
-    """A ``manifest.yaml`` breaks a rule of spec 01; the message names file, key path, rule."""
+    """A ``manifest.yaml`` breaks a rule of the manifest grammar (docs/reference/manifest.md); the
+    message names file, key path, rule."""
 
 
 class BundleError(ValueError):

@@ -1,6 +1,6 @@
 """What a bundle's ``model.py`` sees: ``NamedTensor`` and the ``register_*`` calls.
 
-The loader injects these names into ``model.py`` (01 §model.py hook contract); they can
+The loader injects these names into ``model.py``; they can
 also be imported from here::
 
     from reactantserver.core.hooks import NamedTensor, register_model
@@ -67,7 +67,7 @@ Hook = Callable[[list[NamedTensor]], list[NamedTensor]]
 
 
 class MetaCall(Protocol):
-    """The ``call`` argument of a meta model's ``run`` (07-meta-models.md).
+    """The ``call`` argument of a meta model's ``run``.
 
     ``call(name, inputs)`` runs a sub-model declared in ``meta.calls`` and returns its client
     outputs (all, or ``requested_outputs`` in that order); ``call.scratch(...)`` hands out

@@ -1,4 +1,4 @@
-"""Process logging from ``logging.level`` and ``logging.format`` (12 §Logs), any process.
+"""Process logging from ``logging.level`` and ``logging.format``, any process.
 
 ``text``: ``<ISO time> <LEVEL> <logger> <message>``; ``json``: one object per line with
 ``ts`` (UTC RFC 3339), ``level``, ``logger`` and ``msg``, plus ``exc`` when there is one and
@@ -141,7 +141,7 @@ def configure_logging(config: LoggingConfig, held: Sequence[logging.LogRecord] =
 
 
 def die_with_parent(env: Mapping[str, str] = os.environ) -> None:
-    """Death-of-parent (03 step 3): SIGTERM when the supervisor goes away (Linux).
+    """Death-of-parent: SIGTERM when the supervisor goes away (Linux).
 
     Only when the supervisor announced itself in ``REACTANT_SUPERVISOR_PID``; exits 1 if it
     is already gone.

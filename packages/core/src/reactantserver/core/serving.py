@@ -1,4 +1,4 @@
-"""gRPC server plumbing shared by the worker and the gateway (05 §Transport, §Health).
+"""gRPC server plumbing shared by the worker and the gateway.
 
 - :func:`front_tls`: TLS / mTLS for the native front (:mod:`.front`) from ``cert_file``,
   ``key_file``, ``client_ca_file``.

@@ -11,7 +11,7 @@ HTML file (inline CSS and JavaScript, no external assets) shipped as package dat
     doc: status.WorkerStatus = {"kind": "worker", ...}
 
 The TypedDicts below are the document's schema; every field is always present (``None``
-where the spec allows ``null``).
+where ``null`` is allowed).
 """
 
 from __future__ import annotations

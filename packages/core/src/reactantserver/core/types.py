@@ -1,4 +1,4 @@
-"""Boundary types shared by worker, gateway and client (02 §Boundary types).
+"""Boundary types shared by worker, gateway and client.
 
 Transport code turns wire messages into these (:mod:`reactantserver.core.codec`); nothing
 below the transport sees a protobuf message.

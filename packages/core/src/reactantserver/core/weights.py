@@ -1,7 +1,7 @@
 """Model weights on the host: the safetensors reader and the private/shared weight stores.
 
 A loader reads the header, then asks a store for the host arrays; the store calls ``fill``
-only when this worker has to produce them (02 §Weight stores)::
+only when this worker has to produce them::
 
     with SafetensorsReader(bundle / "weights.safetensors") as reader:
         specs = reader.specs(reverse_axes=is_format_2)

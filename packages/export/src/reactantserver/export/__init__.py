@@ -1,6 +1,6 @@
 """Turns JAX (Flax, PyTorch) models into ReactantServer bundles, and validates bundles.
 
-The CLI ``reactantserver-export`` is a thin wrapper over this API (11-export.md)::
+The CLI ``reactantserver-export`` is a thin wrapper over this API::
 
     from reactantserver.export import export_jax, validate
 

@@ -1,7 +1,7 @@
 """Writing a bundle: ``manifest.yaml`` (format 3.0), ``weights.safetensors``, modules, ``model.py``.
 
 The manifest is checked with core's parser before anything is written, so a bundle this
-module publishes always loads (01-bundle-and-manifest.md)::
+module publishes always loads::
 
     write_bundle(
         Path("models/mlp"),
@@ -55,7 +55,8 @@ def _flow(value: Any) -> str:
 
 
 def render_manifest(data: Mapping[str, Any]) -> str:
-    """YAML text of a manifest mapping, laid out like the examples of spec 01: one flow
+    """YAML text of a manifest mapping, laid out like the examples in docs/reference/manifest.md:
+    one flow
     mapping per tensor entry, flow style for ``batching``/``meta``/``input_shapes``."""
     chunks = []
     for key, value in data.items():
@@ -141,7 +142,7 @@ def build_manifest(
     input_shapes: Sequence[Mapping[str, int]] | None,
     provenance: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
-    """The manifest mapping, keys in the order of 01 §Manifest grammar."""
+    """The manifest mapping, keys in the order of the manifest grammar."""
     data: dict[str, Any] = {"format_version": FORMAT_VERSION, "name": name}
     if description:
         data["description"] = description

@@ -1,4 +1,4 @@
-"""Command-line entry point of ``reactantserver-export`` (11-export.md): a thin argparse
+"""Command-line entry point of ``reactantserver-export``: a thin argparse
 wrapper over the Python API.
 
     reactantserver-export jax mypkg.model:forward --params mypkg.model:init_params \\

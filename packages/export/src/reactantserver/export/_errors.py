@@ -10,7 +10,7 @@ class ExportError(ValueError):
 
 
 class UnservableError(ExportError):
-    """The lowered module would not load on the server (the arity/signature gate of 11 §5-6).
+    """The lowered module would not load on the server (the arity/signature gate).
 
     Raised before anything is written; the message starts with ``UNSERVABLE:``.
     """

@@ -1,4 +1,4 @@
-"""``export_jax``: a JAX function with explicit weights -> a published bundle (11 §Lowering).
+"""``export_jax``: a JAX function with explicit weights -> a published bundle.
 
 The procedure is shared with the PyTorch path (:func:`export_flat` takes one flat callable
 per module); everything is lowered and gated before the first byte is written::
@@ -138,7 +138,7 @@ def bundle_path(out: str | os.PathLike[str] | None, name: str | None, force: boo
     return final
 
 
-def export_flat(  # noqa: PLR0917 - positional order of 11 §Python API
+def export_flat(  # noqa: PLR0917 - the documented positional order
     make_call: Callable[[ModuleIndex], FlatCall],
     weights: Sequence[tuple[str, Any]],
     inputs: Sequence[TensorLike],
@@ -249,7 +249,7 @@ def export_flat(  # noqa: PLR0917 - positional order of 11 §Python API
         )
 
 
-def export_jax(  # noqa: PLR0917 - the signature of 11 §Python API
+def export_jax(  # noqa: PLR0917 - the documented signature
     fn: Callable[..., Any],
     params: Any,
     inputs: Sequence[TensorLike],

@@ -1,4 +1,4 @@
-"""The arity/signature gate (11 §Lowering procedure 5-6): is a lowered module servable?
+"""The arity/signature gate: is a lowered module servable?
 
 The server calls a module's ``main`` with the data inputs followed by the weights, nothing
 else. This module parses the exported portable artifact (not jax's own bookkeeping) and

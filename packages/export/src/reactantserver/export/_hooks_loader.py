@@ -1,4 +1,4 @@
-"""Importing a bundle's ``model.py`` the way the server does (01 §model.py hook contract),
+"""Importing a bundle's ``model.py`` the way the server does,
 and checking hook results the way the server does.
 
 The file is imported under a unique module name, with ``register_model``,

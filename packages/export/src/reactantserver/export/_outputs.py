@@ -1,4 +1,4 @@
-"""Output declarations from the lowered modules (11 §Lowering procedure 4).
+"""Output declarations from the lowered modules.
 
 An output's batch axis is the axis whose extent equals B and follows B across the compiled
 batch sizes; with one batch size it is the axis at the position of the first input's batch

@@ -2,7 +2,7 @@
 ``MODULE:FN``.
 
 Weight names are the ``/``-joined key paths of ``jax.tree_util.tree_flatten_with_path`` and
-their order is ``argument_order`` (11 §Lowering procedure 1). Flat files (``.safetensors``,
+their order is ``argument_order``. Flat files (``.safetensors``,
 ``.npz``) store those names; :func:`unflatten` rebuilds nested dicts, and lists where the
 keys of a level are exactly ``0 … k-1``.
 """

@@ -1,4 +1,4 @@
-"""Provenance of an export (11 §Provenance keys): versions, entry point, and git state.
+"""Provenance of an export: versions, entry point, and git state.
 
 Git facts are collected only inside a work tree and read-only (``--no-optional-locks``, so
 not even the index is refreshed); any failure drops the git keys instead of failing the

@@ -1,4 +1,4 @@
-"""Atomic publication of a bundle directory (01 §Atomic publication).
+"""Atomic publication of a bundle directory.
 
 Files are written into the sibling ``<name>.tmp`` (each fsynced), the directory is fsynced,
 then renamed into place. Replacing swaps the two trees with ``renameat2(RENAME_EXCHANGE)``

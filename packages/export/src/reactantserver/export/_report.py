@@ -45,7 +45,7 @@ class ModuleReport:
 
     @property
     def status(self) -> str:
-        """``servable`` or ``UNSERVABLE`` (11 §validate step 2)."""
+        """``servable`` or ``UNSERVABLE``."""
         return "servable" if self.servable else "UNSERVABLE"
 
     @property

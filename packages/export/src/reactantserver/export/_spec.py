@@ -1,6 +1,6 @@
 """Tensor declarations with axis letters, and the ``NAME=DTYPE[AXES]`` syntax of ``--input``.
 
-A manifest names every axis with a letter (01 §Manifest grammar); :class:`TensorDecl` carries
+A manifest names every axis with a letter; :class:`TensorDecl` carries
 the letters next to the sizes, so the exporter writes exactly what the user asked for::
 
     TensorDecl.parse("image=f32[n,c=3,h=224,w=224]").letters   # "nchw"

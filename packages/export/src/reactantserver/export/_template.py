@@ -8,7 +8,7 @@ from reactantserver.export._spec import TensorDecl
 
 __all__ = ["hooks_template"]
 
-_TEMPLATE = '''"""Hooks of the {name!r} bundle (01 §model.py hook contract).
+_TEMPLATE = '''"""Hooks of the {name!r} bundle.
 
 The server imports this file when it loads the bundle and injects register_model,
 register_meta_model, NamedTensor, InvalidArgumentError and BUNDLE_DIR. Importing them from

@@ -1,5 +1,5 @@
 """``export_torch``: a PyTorch ``nn.Module`` -> bundle via ``torch.export`` and torchax (extra
-``torch``, 11 §PyTorch path).
+``torch``; docs/guides/pytorch.md).
 
 Per batch size the module is captured with ``torch.export.export`` (non-strict by default),
 converted by torchax into a JAX function plus its state (parameters, buffers, lifted
@@ -93,8 +93,8 @@ def _used_states(
     arrays: Sequence[np.ndarray[Any, Any]],
     platform: str,
 ) -> list[bool]:
-    """Which state entries any batch size's lowering reads (11: "the state-dict entries kept
-    by the lowering"); e.g. BatchNorm's num_batches_tracked is read by none in eval mode."""
+    """Which state entries any batch size's lowering reads (the state-dict entries kept
+    by the lowering); e.g. BatchNorm's num_batches_tracked is read by none in eval mode."""
     import jax
 
     from reactantserver.export._export import needs_x64

@@ -1,4 +1,4 @@
-"""``validate``: does a bundle load, compile, and compute what it should (11 §validate)?
+"""``validate``: does a bundle load, compile, and compute what it should?
 
 Every module is compiled with the worker's backend and its entry signature checked against
 the manifest and the weights header; every (variant, batch size) then runs on seeded random
@@ -224,7 +224,7 @@ def validate(
     seed: int = 1234,
     backend: str = "cpu",
 ) -> ValidationReport:
-    """Validate a bundle (11 §validate); the report's ``ok`` is the verdict.
+    """Validate a bundle; the report's ``ok`` is the verdict.
 
     ``reference(params, *executable_inputs)`` is the original function; ``params`` defaults
     to the bundle's own weights rebuilt into nested dicts from their ``/``-joined names.

@@ -3,7 +3,7 @@
 Written here rather than with ``safetensors.numpy.save_file`` so the data section follows
 ``argument_order`` (the order the server reads them in), every dtype of the vocabulary works
 (``bf16`` and FP8 from ``ml_dtypes`` included) and arrays stream to disk without a copy of
-the whole file in memory (01 §weights.safetensors).
+the whole file in memory.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One gRPC endpoint over many ReactantServer workers (08).
+"""One gRPC endpoint over many ReactantServer workers.
 
 :class:`GatewayServer` is what ``reactantserver-gateway`` runs: a ``grpc.aio`` reverse proxy
 that forwards ``ModelInfer`` bodies as raw bytes to the worker its policy picks

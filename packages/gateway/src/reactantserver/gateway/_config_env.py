@@ -1,8 +1,9 @@
-"""``REACTANT_GATEWAY_*`` overrides of gateway keys (08 §Configuration).
+"""``REACTANT_GATEWAY_*`` overrides of gateway keys.
 
 Every scalar key has a variable named after its dotted path (``scheduling.routing_fill_mode`` →
 ``REACTANT_GATEWAY_SCHEDULING_ROUTING_FILL_MODE``); the worker lists and the wedge exit have
-the names of the spec's table. Per-model and per-endpoint maps have none. Everything here reads
+the names of the configuration reference. Per-model and per-endpoint maps have none. Everything
+here reads
 a ``Mapping[str, str]`` handed in by the caller, never ``os.environ``.
 """
 

@@ -1,4 +1,4 @@
-"""Frozen attrs classes of the gateway configuration (08 §Configuration).
+"""Frozen attrs classes of the gateway configuration.
 
 Each field's default is the one place that default lives; its rule sits next to it.
 """
@@ -290,7 +290,7 @@ class SchedulingConfig:
 
 @attrs.frozen(kw_only=True)
 class GatewayConfig:
-    """The validated configuration of one gateway process (08 §Configuration).
+    """The validated configuration of one gateway process.
 
     Built by ``load_gateway_config`` or ``gateway_config_from_mapping``; direct construction
     runs the same rules (keyword arguments only; ``endpoints`` is required)::

@@ -1,4 +1,4 @@
-"""``reactantserver-gateway ctl``: the operator CLI over ``GatewayControl`` (08 §GatewayControl).
+"""``reactantserver-gateway ctl``: the operator CLI over ``GatewayControl``.
 
 ``argv`` is what follows ``ctl`` on the command line::
 

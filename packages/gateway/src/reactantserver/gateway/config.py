@@ -1,4 +1,4 @@
-"""Gateway configuration, parsed once at the edge into frozen typed objects (08 §Configuration).
+"""Gateway configuration, parsed once at the edge into frozen typed objects.
 
 The gateway runs without a file (defaults + env). ``main`` calls :func:`load_gateway_config`
 with ``--config`` and ``os.environ``; nothing below it reads the environment::

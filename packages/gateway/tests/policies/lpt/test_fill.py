@@ -1,4 +1,4 @@
-"""Fill plans and route_replica against 08 §Fill plan and §Routing."""
+"""Fill plans and route_replica (docs/reference/gateway-policies.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SetModelPlacement semantics (08 §Mutator semantics) over per-model overrides."""
+"""SetModelPlacement semantics over per-model overrides."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""compute_assignment and placement_change against 08 §Policy ``lpt_packing``."""
+"""compute_assignment and placement_change of ``lpt_packing``
+(docs/reference/gateway-policies.md)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def where(assignment: Assignment) -> dict[str, tuple[str, ...]]:
     return {name: p.workers for name, p in assignment.placement.items()}
 
 
-# --- the spec's example table, one test per row -------------------------------------------------
+# --- the documented example table, one test per row
+# -------------------------------------------------
 
 
 def test_row1_compute_only_lpt() -> None:

@@ -1,4 +1,4 @@
-"""The ``model_aware`` estimate, choice, reservations, residency mirror and bandwidth (08)."""
+"""The ``model_aware`` estimate, choice, reservations, residency mirror and bandwidth."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One run of one child process: start, log pumps, exit, stop (09 §Child processes).
+"""One run of one child process: start, log pumps, exit, stop.
 
 A :class:`Child` is single-use: the supervisor makes a new one for every (re)start. The child
 leads its own process group, so stopping it (or its exit) also kills whatever it spawned.
@@ -107,7 +107,7 @@ class Child:
     async def stop(self, grace: float | None = None) -> int:
         """SIGTERM the child, SIGKILL its process group after ``grace`` seconds, wait for it.
 
-        ``grace`` defaults to the spec's ``grace_seconds``. Returns the returncode.
+        ``grace`` defaults to the configured ``grace_seconds``. Returns the returncode.
         """
         proc = self._started()
         if grace is None:

@@ -1,4 +1,4 @@
-"""Command-line entry point of ``reactantserver-node`` (09 §Command line).
+"""Command-line entry point of ``reactantserver-node``.
 
 ``reactantserver-node`` supervises the node; ``healthcheck`` exits 0 iff it is ready;
 ``materialize`` prints what the supervisor would run. Exit status: 0 after a graceful shutdown

@@ -1,4 +1,4 @@
-"""Which devices a node runs on and how many threads each worker gets (09 §Device detection).
+"""Which devices a node runs on and how many threads each worker gets.
 
 Nothing here reads ``os.environ``: callers hand in the environment. The one place that talks to
 the NVIDIA driver is :func:`nvml_device_count`, passed around as an :data:`NvmlCount` so tests
@@ -36,9 +36,9 @@ __all__ = [
 
 #: The variable every child is given exactly one device through (``""`` for CPU workers).
 CUDA_VISIBLE_DEVICES: Final = "CUDA_VISIBLE_DEVICES"
-#: Overrides the node file's ``gpus`` (09 §Supervisor keys).
+#: Overrides the node file's ``gpus``.
 GPUS_VARIABLE: Final = "REACTANT_GPUS"
-#: Upper bound of the per-worker thread allotment (09 §Thread allotment).
+#: Upper bound of the per-worker thread allotment.
 MAX_WORKER_THREADS: Final = 16
 _AUTO: Final = "auto"
 

@@ -1,4 +1,4 @@
-"""The embedded gateway's configuration, materialized from the node file (09 §Child processes).
+"""The embedded gateway's configuration, materialized from the node file.
 
 The node's ``gateway:`` block plus what only the supervisor knows: the public ``listen``
 addresses, the workers' ``endpoints``, ``metrics_endpoints`` and ``worker_names``, and the gRPC

@@ -1,4 +1,4 @@
-"""``reactantserver-node healthcheck``: is this node ready to serve? (09 §Health)."""
+"""``reactantserver-node healthcheck``: is this node ready to serve?."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from reactantserver.node._spec import ChildKind, probe_host
 
 __all__ = ["HEALTHCHECK_TIMEOUT_SECONDS", "healthcheck", "readiness_urls"]
 
-#: Every probe of one healthcheck must answer within this budget (09 §Health).
+#: Every probe of one healthcheck must answer within this budget.
 HEALTHCHECK_TIMEOUT_SECONDS: Final = 5.0
 
 

@@ -1,4 +1,4 @@
-"""How many workers a node runs and which device each one sees (09 §Device detection table).
+"""How many workers a node runs and which device each one sees.
 
 The backend is ``runtime.backend`` of the resolved workers (environment included). A CPU node
 runs a count from ``gpus`` or ``cpu_workers``; a CUDA node runs one worker per detected selector,

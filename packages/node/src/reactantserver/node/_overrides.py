@@ -2,7 +2,7 @@
 
 Each override is checked with the rule the node file uses for its key, and a bad value raises
 :class:`ConfigError` naming the flag or variable (``REACTANT_ROLE: must be one of ...``). An
-empty variable counts as unset, except ``REACTANT_GPUS``, where it is an error (09).
+empty variable counts as unset, except ``REACTANT_GPUS``, where it is an error.
 """
 
 from __future__ import annotations

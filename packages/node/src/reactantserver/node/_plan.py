@@ -1,4 +1,4 @@
-"""From a node file to the children a supervisor runs (09 §Worker synthesis and ports).
+"""From a node file to the children a supervisor runs.
 
 :func:`plan_node` takes a node with its flags and environment applied, lays out the workers
 (``_layout``), gives each its ports, device and thread allotment, adds the embedded gateway when

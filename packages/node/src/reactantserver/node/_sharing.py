@@ -1,4 +1,4 @@
-"""Several workers on one GPU: their arenas must fit the device together (09 beyond).
+"""Several workers on one GPU: their arenas must fit the device together.
 
 Workers share a device when each names it with ``gpu:``. Each one's allocator claims its own
 ``runtime.mem_fraction`` of the device (at start-up with ``preallocate``, the default, so a

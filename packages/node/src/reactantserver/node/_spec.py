@@ -1,4 +1,4 @@
-"""What the supervisor runs: one :class:`ChildSpec` per child process (09 §Child processes).
+"""What the supervisor runs: one :class:`ChildSpec` per child process.
 
 The planner (``_plan``) turns a node file into child specs; the supervisor (``_supervisor``)
 runs them. Nothing here starts a process or reads the environment.

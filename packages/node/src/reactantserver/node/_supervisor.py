@@ -1,6 +1,6 @@
 """The supervisor: run every child, restart crashes, probe liveness, shut down on a signal.
 
-09 §Restart policy and crash budget, §Signals and shutdown, §Health (supervisor liveness).
+The restart policy and crash budget, signals and shutdown, and supervisor liveness probes.
 Each child is supervised by its own task; a shutdown (a signal, or a child out of restarts)
 stops every child concurrently and :meth:`Supervisor.run` returns the exit code.
 """

@@ -2,7 +2,7 @@
 
 ``--model-repo DIR`` serves one directory standalone on 8001/8002; ``--node-file F --worker
 NAME`` serves one entry of a node file. Every key can be overridden from the environment
-(02 §Environment). Exit status: 0 after a clean shutdown, 1 when the device cannot be used
+. Exit status: 0 after a clean shutdown, 1 when the device cannot be used
 or start-up fails, 2 for a configuration error.
 """
 

@@ -3,8 +3,7 @@
 The gRPC (and later REST) handlers decode a wire message into an
 :class:`~reactantserver.core.types.InferRequest`, call :meth:`DataPlane.infer`, and encode
 the :class:`~reactantserver.core.types.InferResponse`; every failure is a
-:class:`~reactantserver.core.errors.ReactantError` carrying its status (04 §Request
-admission)::
+:class:`~reactantserver.core.errors.ReactantError` carrying its status::
 
     plane = DataPlane(registry, scheduler, pool, limiter=InflightLimiter(64), metas=runner)
     response = await plane.infer(request)

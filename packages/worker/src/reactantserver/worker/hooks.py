@@ -1,4 +1,4 @@
-"""Loads a bundle's ``model.py`` and runs its hooks with their outputs checked (01 §model.py).
+"""Loads a bundle's ``model.py`` and runs its hooks with their outputs checked.
 
 :func:`load_hooks` imports ``model.py`` (at load time, on the loader thread) and returns what it
 registered; :func:`run_preprocess` / :func:`run_postprocess` call a hook and check what it
@@ -16,7 +16,7 @@ the event loop never executes hook code::
     )
 
 Errors: a broken ``model.py`` is a :class:`~reactantserver.core.errors.BundleError` (the model
-does not load); a hook that raises, or returns tensors that break the spec, is a
+does not load); a hook that raises, or returns tensors that break the manifest's specs, is a
 :class:`HookError` (``INTERNAL``); an
 :class:`~reactantserver.core.errors.InvalidArgumentError` raised by a hook passes through
 unchanged (``INVALID_ARGUMENT``, the client's fault).
@@ -112,7 +112,7 @@ class BundleHooks:
 
 
 class HookError(ReactantError):
-    """A hook raised, or returned something that breaks the spec: a server-side bug.
+    """A hook raised, or returned something that breaks the manifest's specs: a server-side bug.
 
     Maps to ``INTERNAL``; the message names the model, the hook and (where relevant) the tensor.
     """
@@ -286,7 +286,7 @@ def _check_tensor(where: str, model: str, spec: TensorSpec, tensor: NamedTensor)
     except ValueError:
         got = str(tensor.data.dtype)
     if got != spec.dtype.token:
-        # Compared by manifest token: that is how a hook author wrote the spec.
+        # Compared by manifest token: that is how a hook author wrote the tensor spec.
         raise HookError(
             f"{where} returned tensor '{spec.name}' with dtype {got}, expected {spec.dtype.token}"
         )
@@ -309,7 +309,7 @@ def check_hook_output(
     """Check what hook ``hook`` of ``model`` returned against ``specs``; return it in spec order.
 
     ``result`` must be a sequence of :class:`NamedTensor` whose names are exactly the specs'
-    names (order irrelevant), each with the spec's dtype, rank and FIXED extents; with
+    names (order irrelevant), each with the tensor spec's dtype, rank and FIXED extents; with
     ``same_rows`` the batched tensors must also agree on one row count (>= 1). Any violation
     -> :class:`HookError` naming the hook and the tensor. Also usable for a meta's ``run``
     (``hook="run"``, client output specs).
@@ -391,7 +391,7 @@ def _usable_cpus() -> int:
 
 
 def hook_pool_size(config: WorkerConfig | None = None) -> int:
-    """Threads of the hook pool: ``REACTANT_WORKER_THREADS`` else ``min(cpu_count, 16)`` (04).
+    """Threads of the hook pool: ``REACTANT_WORKER_THREADS`` else ``min(cpu_count, 16)``.
 
     The variable is read by :func:`~reactantserver.core.config.load_worker_config` into
     ``config.hook_threads``; without a ``config`` the default applies. ``cpu_count`` counts the

@@ -1,13 +1,13 @@
 """The worker's model registry: every model name it knows, its state and its current generation.
 
-Transport handlers resolve names here (05 §Status codes): unknown or hidden names are
+Transport handlers resolve names here: unknown or hidden names are
 ``NOT_FOUND``, models still loading or failed are ``UNAVAILABLE``::
 
     registry.put(ModelEntry.loading("resnet"))
     registry.put(ModelEntry.ready(manifest, hooks, scheduled=sm, loaded=loaded))
     entry = registry.resolve("resnet", "")      # READY entry, else the right error
 
-Meta groups (07 §Visibility): every name in the ``meta.calls`` of a loaded meta is a
+Meta groups: every name in the ``meta.calls`` of a loaded meta is a
 sub-model of that meta. The registry recomputes the groups whenever an entry is put or
 removed, and (unless ``expose_sub_models``) stamps ``hidden`` on the sub-models' entries, so
 the check is re-run on every change the watcher or a repository RPC makes.

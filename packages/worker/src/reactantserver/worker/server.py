@@ -293,7 +293,7 @@ class WorkerServer:
             runtime.pool.shutdown(wait=False, cancel_futures=True)
             if self._booted is not None and self._booted.done():
                 # The dispatch thread is joined: release every host floor, so that the last
-                # holder of a shared weight region unlinks it (02) instead of leaking /dev/shm.
+                # holder of a shared weight region unlinks it instead of leaking /dev/shm.
                 for name in list(runtime.weights):
                     runtime.weights.remove_model(name)
         state.shm.close()

@@ -66,7 +66,7 @@ class Runtime:
     policy: BudgetPolicy | None = None
     """The on-demand budget's inputs (arena, shares); ``None`` in tests that skip the probe."""
     metas: MetaRunner | None = None
-    """Serves meta models: the meta gate and the scratch pool (07)."""
+    """Serves meta models: the meta gate and the scratch pool."""
 
 
 @attrs.define
@@ -97,7 +97,7 @@ class WorkerState:
     (``observe``; with the decode and encode stages of the stage CPU family); a model name
     that leaves (unload, rename) drops its series (``forget``). ``/metrics`` reads them."""
     meta_floors: dict[str, Residency] = attrs.Factory(dict)
-    """The residency last set on each meta with ``SetModelResidency`` (07 §Visibility)."""
+    """The residency last set on each meta with ``SetModelResidency``."""
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
 
     @registry.default

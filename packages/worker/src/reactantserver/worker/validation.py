@@ -1,4 +1,4 @@
-"""Checks a request's tensors against declared specs (04 §Request admission, steps 3-5).
+"""Checks a request's tensors against declared specs.
 
 The same check guards both sides of ``preprocess``: the client-facing specs before it, the
 executable specs after it. Every failure is an :class:`InvalidArgumentError` whose message

@@ -1,4 +1,4 @@
-"""Conversion between KServe V2 inference messages and the boundary types (02 §Codec).
+"""Conversion between KServe V2 inference messages and the boundary types.
 
 The worker decodes what clients send and encodes what it answers::
 
@@ -88,7 +88,7 @@ def decode_request(
     now_ns: int | None = None,
     grpc_time_remaining: float | None = None,
 ) -> InferRequest:
-    """Validate and decode a ``ModelInferRequest`` (02 §Decoding, checks in that order).
+    """Validate and decode a ``ModelInferRequest``.
 
     ``registry`` resolves shared-memory inputs and outputs (``None``: nothing is registered);
     the leases of shared-memory inputs are in ``InferRequest.leases`` and end with
@@ -148,7 +148,7 @@ def encode_response(
     requested: Sequence[OutputRequest],
     registry: SharedMemoryRegistry | None,
 ) -> pb.ModelInferResponse:
-    """The ``ModelInferResponse`` for ``resp`` (02 §Encoding).
+    """The ``ModelInferResponse`` for ``resp``.
 
     Outputs go out in ``requested`` order (empty: all of ``resp.outputs`` in order); an unknown
     requested name is an ``InvalidArgumentError``. Data always travel in

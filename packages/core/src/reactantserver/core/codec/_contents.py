@@ -10,7 +10,7 @@ from reactantserver.core.dtypes import DType
 from reactantserver.core.errors import InvalidArgumentError
 from reactantserver.core.protocol import grpc_service_pb2 as pb
 
-#: The typed-contents field of each wire dtype (01 §Dtype vocabulary); FP16/BF16 have none.
+#: The typed-contents field of each wire dtype; FP16/BF16 have none.
 TYPED_FIELD: dict[DType, str] = {
     DType.BOOL: "bool_contents",
     DType.U8: "uint_contents",

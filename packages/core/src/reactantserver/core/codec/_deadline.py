@@ -1,4 +1,4 @@
-"""The effective deadline of a request from its three budget sources (02 §Deadlines)."""
+"""The effective deadline of a request from its three budget sources."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The steps of ``decode_request`` (02 §Decoding), one function per step."""
+"""The steps of ``decode_request``, one function per step."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from reactantserver.core.protocol import grpc_service_pb2 as pb
 from reactantserver.core.shm import SharedMemoryRegistry
 from reactantserver.core.types import OutputRequest, ParameterValue, ShmRef
 
-# Request parameters decoding consumes (05 §Parameters); the rest go to InferRequest.parameters.
+# Request parameters decoding consumes; the rest go to InferRequest.parameters.
 _CONSUMED = {
     "binary_data_output",
     "priority",

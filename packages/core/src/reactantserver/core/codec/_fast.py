@@ -2,7 +2,7 @@
 
 Almost every request a client sends carries its inputs in ``raw_input_contents``, asks for
 outputs by name only and has no tensor parameters. For those, :func:`plain_inputs` and
-:func:`plain_outputs` build exactly what the step-by-step decoder would (02 §Decoding), in a
+:func:`plain_outputs` build exactly what the step-by-step decoder would, in a
 fraction of its time; they answer ``None`` for anything else (shared memory, typed contents,
 BYTES and BOOL, a size that does not add up, a repeated or missing name), and the caller
 then runs the full decoder, which finds and names the problem. So a short cut never decides

@@ -1,4 +1,4 @@
-"""Node and worker configuration, parsed once at the edge into frozen typed objects (02 §Config).
+"""Node and worker configuration, parsed once at the edge into frozen typed objects.
 
 A worker process calls :func:`load_worker_config` with its command-line values and
 ``os.environ``; nothing below it reads the environment::
@@ -130,7 +130,7 @@ __all__ = [
     "worker_entries",
 ]
 
-#: Ports of a standalone worker (``--model-repo DIR``): the node's public ports (09).
+#: Ports of a standalone worker (``--model-repo DIR``): the node's public ports.
 STANDALONE_GRPC_PORT: Final = 8001
 STANDALONE_METRICS_PORT: Final = 8002
 

@@ -1,4 +1,4 @@
-"""Environment overrides of worker keys and the other worker variables (02 §Environment overrides).
+"""Environment overrides of worker keys and the other worker variables.
 
 Everything here reads a ``Mapping[str, str]`` handed in by the caller, never ``os.environ``.
 """

@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 GIB: Final = 1 << 30
-#: Upper bound of the default hook-pool size, ``min(cpu_count, 16)`` (04 §Threads).
+#: Upper bound of the default hook-pool size, ``min(cpu_count, 16)``.
 HOOK_THREADS_CAP: Final = 16
 
 #: attrs metadata keys read by the structuring, key-walking and env code.

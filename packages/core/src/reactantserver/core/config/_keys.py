@@ -1,7 +1,7 @@
 """The key tree of the worker configuration: unknown and removed keys, and the settable leaves.
 
 The walk runs on each raw block before merging, so an error names the block it is in
-(``global.runtime.mem_frac``) and a removed key carries its migration hint (02 §Configuration).
+(``global.runtime.mem_frac``) and a removed key carries its migration hint.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The node file, typed and validated (02 §Node file; supervisor keys of 09 §Supervisor keys).
+"""The node file, typed and validated.
 
 Worker-key blocks (``global`` and each worker entry) are kept as written and key-checked here;
 turning them into one :class:`WorkerConfig` per worker is ``_config_resolve``'s job. The
@@ -57,13 +57,13 @@ __all__ = [
 logger = logging.getLogger("reactantserver.core.config")
 
 AUTO_GPUS: Final = "auto"
-#: Synthesized workers are ``worker0 … worker{N-1}`` (09 §Worker synthesis).
+#: Synthesized workers are ``worker0 … worker{N-1}``.
 SYNTHESIZED_WORKER_PREFIX: Final = "worker"
 _SYNTHESIZED_NAME: Final = re.compile(rf"{SYNTHESIZED_WORKER_PREFIX}(0|[1-9][0-9]*)")
 _WORKER_NAME: Final = re.compile(r"[A-Za-z0-9_-]+")
 #: Keys of a worker entry that are not worker keys.
 _ENTRY_KEYS: Final = ("name", "gpu", "port", "metrics_port")
-#: Gateway keys the supervisor fills in (09 §Supervisor keys).
+#: Gateway keys the supervisor fills in.
 _SUPERVISOR_FILLED_GATEWAY_KEYS: Final = (
     "listen",
     "endpoints",
@@ -115,7 +115,7 @@ class ListenConfig:
 
 @attrs.frozen
 class SupervisorConfig:
-    """``supervisor.*``: restart policy, grace periods and liveness probing (09)."""
+    """``supervisor.*``: restart policy, grace periods and liveness probing."""
 
     max_restarts: int = setting(0, check=between(0))
     stable_uptime_seconds: float = setting(60.0, check=between(0, lo_open=True))
@@ -143,7 +143,7 @@ class WorkerEntry:
 
 @attrs.frozen
 class NodeConfig:
-    """A parsed node file (02 §Node file and 09 §Supervisor keys).
+    """A parsed node file.
 
     ``workers`` is ``None`` when the file has no ``workers:`` list (the supervisor synthesizes
     them, see ``synthesize_workers``). ``global_settings`` is the ``global:`` block.

@@ -1,4 +1,4 @@
-"""Resolving one worker's configuration from a node file (02 §Node file, worker resolution).
+"""Resolving one worker's configuration from a node file.
 
 Order: built-in defaults ← ``global`` ← worker entry ← node-derived values (``model_dirs``,
 ports, ``device_ordinal``, ``shared_host_weights`` where unset) ← ``models`` map ← environment.
@@ -45,7 +45,7 @@ _MODELS_ORIGIN: Final = Origin(prefix="models")
 
 
 def synthesize_workers(node: NodeConfig, count: int, *, bind_gpus: bool = False) -> NodeConfig:
-    """``node`` with ``worker0 … worker{count-1}`` when it lists no workers (09 §Worker synthesis).
+    """``node`` with ``worker0 … worker{count-1}`` when it lists no workers.
 
     The supervisor calls this once it knows how many devices (or CPU workers) it runs; with
     ``bind_gpus`` worker i gets ``gpu: i`` (selector i). A node that lists its workers is returned
@@ -149,7 +149,7 @@ def _resolve(
 def device_sharers(entries: Sequence[WorkerEntry], index: int) -> int:
     """How many workers name the device of ``entries[index]`` with ``gpu:`` (1: not shared).
 
-    Workers share a device only by naming it, each of them, with ``gpu:`` (09 beyond).
+    Workers share a device only by naming it, each of them, with ``gpu:``.
     """
     gpu = entries[index].gpu
     if gpu is None:

@@ -1,4 +1,4 @@
-"""Frozen attrs classes of the worker configuration (02 §Worker keys).
+"""Frozen attrs classes of the worker configuration.
 
 Each field's default is the one place that default lives; its rule sits next to it.
 """
@@ -51,7 +51,7 @@ class Backend(Choice):
 
 
 class Numerics(Choice):
-    """``runtime.numerics``: matmul precision policy (03 §Numerics)."""
+    """``runtime.numerics``: matmul precision policy."""
 
     AUTO = "auto"
     F32 = "f32"
@@ -59,7 +59,7 @@ class Numerics(Choice):
 
 
 class ModelControlMode(Choice):
-    """``model_control_mode``: who changes the model set and residency (06)."""
+    """``model_control_mode``: who changes the model set and residency."""
 
     DYNAMIC = "dynamic"
     STATIC = "static"
@@ -67,7 +67,7 @@ class ModelControlMode(Choice):
 
 
 class SchedulingDiscipline(Choice):
-    """``scheduler.discipline``: how the dispatch thread picks the next batch (04)."""
+    """``scheduler.discipline``: how the dispatch thread picks the next batch."""
 
     FAIR = "fair"
     FIFO = "fifo"
@@ -92,7 +92,7 @@ class LogLevel(Choice):
 
 
 class LogFormat(Choice):
-    """``logging.format``: human text or one JSON object per line (12 §Logs)."""
+    """``logging.format``: human text or one JSON object per line."""
 
     TEXT = "text"
     JSON = "json"
@@ -133,7 +133,7 @@ class RuntimeConfig:
     )
     page_locked_weights: bool = setting(True)
     """Keep private host floors in page-locked memory where the backend has it (GPU), so an
-    on-demand load is one DMA (beyond, 03); shared floors stay pageable."""
+    on-demand load is one DMA; shared floors stay pageable."""
     cpu_arena_bytes: int = setting(0, check=between(0))
     """CPU backend only, for benchmarks and tests (0: off): weights loaded onto the "device"
     are real copies into an arena of this many bytes instead of aliases of host memory, so a
@@ -166,7 +166,7 @@ def _models(value: Mapping[str, ModelSchedulingConfig]) -> Mapping[str, ModelSch
 
 @attrs.frozen
 class SchedulerConfig:
-    """``scheduler.*``: discipline, cost model and queue bounds (04)."""
+    """``scheduler.*``: discipline, cost model and queue bounds."""
 
     discipline: SchedulingDiscipline = SchedulingDiscipline.FAIR
     ema_halflife_seconds: float = setting(30.0, check=between(0, lo_open=True))
@@ -179,12 +179,12 @@ class SchedulerConfig:
     pad_up_when_cheaper: bool = setting(True)
     max_queue_delay_microseconds: int | None = setting(None, check=between(0, 1_000_000))
     """How long a coalescable model's oldest request may wait for more rows while the device
-    is idle (beyond, 04); 0 never waits. Unset: an adaptive wait, only while requests keep
+    is idle; 0 never waits. Unset: an adaptive wait, only while requests keep
     arriving and at most 2 ms (the worker's scheduler decides from arrival gaps and costs)."""
     prefetch_weights: bool = setting(True)
     """Load the next queued model's weights while another model executes, where the backend
     copies asynchronously (GPU) and the budget has room without evicting queued models
-    (beyond, 03)."""
+   ."""
     # Read-only by type; excluded from the hash because a dict is not hashable.
     models: Mapping[str, ModelSchedulingConfig] = attrs.field(
         factory=dict, converter=_models, hash=False
@@ -206,7 +206,7 @@ _DEFAULT_MODEL_SCHEDULING: Final = ModelSchedulingConfig()
 
 @attrs.frozen
 class MetaConfig:
-    """``meta.*``: meta-model concurrency and the scratch pool (07)."""
+    """``meta.*``: meta-model concurrency and the scratch pool."""
 
     concurrency: int = setting(2, check=between(1))
     scratch_bytes: int = setting(1 * GIB)
@@ -253,7 +253,7 @@ class EndpointsConfig:
 
 @attrs.frozen
 class GrpcConfig:
-    """``grpc.*``: message limits and keepalive of the gRPC server (05 §Transport)."""
+    """``grpc.*``: message limits and keepalive of the gRPC server."""
 
     max_recv_msg_bytes: int = setting(
         536870912, check=between(0, MAX_GRPC_MESSAGE_BYTES, lo_open=True)
@@ -272,7 +272,7 @@ class GrpcConfig:
 
 @attrs.frozen
 class LoggingConfig:
-    """``logging.*``: level and line format (12 §Logs)."""
+    """``logging.*``: level and line format."""
 
     level: LogLevel = LogLevel.INFO
     format: LogFormat = LogFormat.TEXT
@@ -293,7 +293,7 @@ def _paths(value: Iterable[str]) -> tuple[str, ...]:
 
 @attrs.frozen
 class WorkerConfig:
-    """The validated configuration of one worker process (02 §Worker keys).
+    """The validated configuration of one worker process.
 
     File keys come first. ``worker_name``, ``hook_threads`` and ``env_overrides`` are not file
     keys: the loader fills them from the command line and the environment.
@@ -323,7 +323,7 @@ class WorkerConfig:
     env_overrides: tuple[EnvOverride, ...] = env_only((), eq=False)
 
     def hook_pool_size(self, cpu_count: int) -> int:
-        """Threads of the hook pool: ``hook_threads``, else ``min(cpu_count, 16)`` (04)."""
+        """Threads of the hook pool: ``hook_threads``, else ``min(cpu_count, 16)``."""
         if self.hook_threads is not None:
             return self.hook_threads
         return max(1, min(cpu_count, HOOK_THREADS_CAP))

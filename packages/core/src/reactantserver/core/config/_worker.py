@@ -1,4 +1,4 @@
-"""Building a :class:`WorkerConfig` from layered raw mappings (02 §Configuration pipeline).
+"""Building a :class:`WorkerConfig` from layered raw mappings.
 
 Layers are key-checked one by one, deep-merged in order, then environment overrides are applied,
 the result is structured with cattrs and checked across fields. Every value remembers the layer
@@ -137,7 +137,7 @@ def set_path(raw: RawConfig, path: Sequence[str], value: object) -> None:
 
 
 def cross_field_problems(config: WorkerConfig) -> list[Problem]:
-    """The rules that relate two keys (02 §Worker keys)."""
+    """The rules that relate two keys."""
     problems: list[Problem] = []
     runtime, endpoints, tls = config.runtime, config.endpoints, config.endpoints.tls
     if runtime.numerics is Numerics.TF32 and runtime.backend is Backend.CPU:

@@ -2,7 +2,7 @@
 
 Format 3.0 (row-major letters) and format 2.0 (ReactantServer.jl, column-major letters) are
 both accepted; a 2.0 manifest is normalised at parse time, so nothing downstream sees 2.0
-(01-bundle-and-manifest.md)::
+::
 
     manifest = load_manifest(Path("/models/resnet"))
     layout = resolve_layout(Path("/models/resnet"), manifest)

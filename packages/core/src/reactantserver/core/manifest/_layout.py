@@ -1,6 +1,7 @@
 """Bundle file layout: which module file serves each (variant, batch size), checked on disk.
 
-01 §Files: ``model.mlir`` (batch key 0) or one ``model.b{N}.mlir`` per compiled batch size;
+The bundle's files (docs/reference/bundle.md): ``model.mlir`` (batch key 0) or one
+``model.b{N}.mlir`` per compiled batch size;
 with ``input_shapes`` the same per variant under the prefix ``model.v{i}``. Module files the
 manifest does not use are ignored with a warning; missing ones are a ``BundleError``.
 """

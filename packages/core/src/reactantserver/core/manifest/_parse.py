@@ -1,4 +1,5 @@
-"""Manifest validation: every rule of 01 §Manifest grammar, applied to loaded YAML data.
+"""Manifest validation: every rule of the manifest grammar (docs/reference/manifest.md), applied to
+loaded YAML data.
 
 The first broken rule wins; checks run top-level keys → tensor lists → per-kind presence →
 dtypes → batching → variants.
@@ -64,7 +65,7 @@ def parse_manifest(
     model_name: str,
     has_model_py: bool,
 ) -> Manifest:
-    """Validate and normalise loaded manifest data (01 §Manifest grammar).
+    """Validate and normalise loaded manifest data.
 
     ``source`` names the file in error messages, ``model_name`` is the bundle's directory
     name and ``has_model_py`` says whether ``model.py`` sits next to the manifest. Raises

@@ -64,7 +64,7 @@ class Variant:
 
 @attrs.frozen
 class Manifest:
-    """A validated, normalised ``manifest.yaml`` (01 §Manifest grammar).
+    """A validated, normalised ``manifest.yaml``.
 
     ``name`` is the model name (the bundle's directory name); ``declared_name`` is the
     informational ``name`` written in the file. ``client_inputs``/``client_outputs`` are the

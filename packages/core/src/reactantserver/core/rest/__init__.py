@@ -1,6 +1,6 @@
 """KServe V2 REST over the gRPC service: HTTP requests in, protobuf calls, HTTP answers out.
 
-REST only translates (05 §KServe V2 REST): :func:`handle_rest` turns a ``/v2/...`` request
+REST only translates: :func:`handle_rest` turns a ``/v2/...`` request
 into the very protobuf request the gRPC service receives, calls it through a
 :class:`RestBackend` (the worker's or the gateway's handlers), and turns the response, or the
 status it failed with, into an HTTP answer. No I/O and no HTTP framework here; a server

@@ -29,7 +29,7 @@ CONTENT_TYPE = "Content-Type"
 JSON = "application/json"
 OCTET_STREAM = "application/octet-stream"
 
-# Everything not listed is a client-side problem (05 §HTTP): 400.
+# Everything not listed is a client-side problem: 400.
 _HTTP_STATUS = {
     grpc.StatusCode.OK: 200,
     grpc.StatusCode.NOT_FOUND: 404,

@@ -1,4 +1,4 @@
-"""Live scheduling knobs and the semantics of the GatewayControl mutators (08 §GatewayControl).
+"""Live scheduling knobs and the semantics of the GatewayControl mutators.
 
 Pure: no I/O, no clocks, no locks. The control service holds one :class:`SchedulingKnobs`
 snapshot and one overrides map, and swaps in what these functions return::
@@ -158,7 +158,7 @@ def _problem(name: str, value: object) -> str | None:
 
 @attrs.frozen
 class SchedulingKnobs:
-    """One immutable snapshot of the live scheduling knobs (08 §Configuration ``scheduling.*``).
+    """One immutable snapshot of the live scheduling knobs.
 
     Construction validates every field against the YAML bounds and raises :class:`KnobError`
     naming all offending fields. ``generation`` is 0 as configured, +1 per accepted mutation.
@@ -221,7 +221,7 @@ class SchedulingKnobs:
         return self.rebalance_compute_seconds
 
     def active_threshold(self, first_repack_done: bool) -> float:
-        """The compute budget of the next tick-driven repack (08 §Tick)."""
+        """The compute budget of the next tick-driven repack."""
         if not first_repack_done and self.first_rebalance_compute_seconds > 0:
             return self.first_rebalance_compute_seconds
         return self.rebalance_compute_seconds
@@ -318,7 +318,7 @@ def apply_policy_update(
     Raises:
         KnobModeError: ``mode`` is ``round_robin``.
         KnobError: empty mask, unset policy, a mask entry that is unknown, start-up only, read
-            only or not of this mode, or a value outside the bounds of 08 §Configuration.
+            only or not of this mode, or a value outside its configured bounds.
     """
     check_mode("SetSchedulingPolicy", mode)
     if policy is None:

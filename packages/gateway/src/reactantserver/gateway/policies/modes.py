@@ -1,4 +1,4 @@
-"""The policy of ``scheduling.mode`` and its start-up preconditions (08 §Policy ...).
+"""The policy of ``scheduling.mode`` and its start-up preconditions.
 
 ``round_robin`` has none. ``lpt_packing`` waits (polling every ``health.interval_seconds``,
 bounded by ``startup_wait_seconds``) until every configured worker answers

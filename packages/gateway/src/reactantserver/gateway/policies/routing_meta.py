@@ -1,4 +1,4 @@
-"""Per-model routing metadata folded from ``ModelControlStatus`` polls (08 §RoutingMeta).
+"""Per-model routing metadata folded from ``ModelControlStatus`` polls.
 
 Pure: no I/O, no clocks. The prober hands every round's successful polls in and publishes the
 snapshot that comes back; routing and repacks read one snapshot at a time::
@@ -322,7 +322,7 @@ def request_weight(
     snapshot: MetaSnapshot,
     repack_cost_per_request: Mapping[str, float],
 ) -> float:
-    """One request's weight on its worker's load counter (08 §RoutingMeta).
+    """One request's weight on its worker's load counter.
 
     ``items`` → units; ``compute`` → units * the model's cost per item, else the fleet mean,
     else 1.0; ``requests`` → the model's cost per request from the last repack, else the

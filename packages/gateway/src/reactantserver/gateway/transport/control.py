@@ -5,7 +5,7 @@ Scheduling control is delegated to the running policy when it implements
 ``GetSchedulingStatus`` reports only the mode and every mutator is ``FAILED_PRECONDITION``.
 ``CompactMemory`` fans out to every worker with the same list and sums ``reloaded_models``
 (``UNAVAILABLE`` if every worker failed); the other ``WorkerControl`` RPCs are
-``UNIMPLEMENTED`` at the gateway (08 §GatewayControl).
+``UNIMPLEMENTED`` at the gateway.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The gateway's HTTP port: aggregated ``/metrics``, ``/healthz``, ``/readyz``, REST (08, 12).
+"""The gateway's HTTP port: aggregated ``/metrics``, ``/healthz``, ``/readyz``, REST.
 
 ``GET /metrics`` scrapes every worker's ``/metrics`` concurrently (one shared client session,
 opened on start-up and closed on cleanup), records
@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 DEFAULT_SCRAPE_TIMEOUT_SECONDS = 5.0
-"""Per-worker timeout of one ``/metrics`` scrape (08 §Metrics aggregation)."""
+"""Per-worker timeout of one ``/metrics`` scrape."""
 DEFAULT_MAX_BODY_BYTES = 512 * 1024 * 1024
 """Largest REST request body (as ``grpc.max_recv_msg_bytes``; the server passes its own)."""
 
@@ -54,7 +54,8 @@ _SESSION = web.AppKey("scrape_session", aiohttp.ClientSession)
 
 @web.middleware
 async def _not_found(request: web.Request, handler: _Handler) -> web.StreamResponse:
-    """Answer a known path with an unknown method ``404`` too (the spec has no ``405``)."""
+    """Answer a known path with an unknown method ``404`` too (no ``405``: Triton answers none
+    either)."""
     try:
         return await handler(request)
     except web.HTTPMethodNotAllowed:

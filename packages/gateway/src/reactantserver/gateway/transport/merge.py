@@ -1,4 +1,4 @@
-"""Merging the answers of a fan-out into one answer (08 §Inference service at the gateway).
+"""Merging the answers of a fan-out into one answer.
 
 Pure functions on decoded protobuf messages; the inputs are never modified::
 
@@ -128,7 +128,7 @@ def merge_compact(
     """One ``CompactMemoryResponse``: ``reloaded_models`` summed, ``resident_bytes_after`` 0.
 
     Per-worker residency does not add up to anything meaningful for the fleet, so it is left
-    unset (08 §GatewayControl).
+    unset.
     """
     return control_pb2.CompactMemoryResponse(
         reloaded_models=sum(response.reloaded_models for response in responses)

@@ -1,9 +1,9 @@
 """The ModelInfer path: read the header, pick workers, forward the unchanged bytes, fail over.
 
-The body stays bytes from the inbound handler to the worker and back (08 §ModelInfer path):
+The body stays bytes from the inbound handler to the worker and back:
 only the model name, id, deadline parameters and, when the policy counts items, the batch
 input's shape are read. Failover happens only on ``UNAVAILABLE`` and ``NOT_FOUND``; every other
-worker status reaches the client unchanged (§Status pass-through and failover)::
+worker status reaches the client unchanged::
 
     proxy = Proxy(links, discovery, policy, metrics, settings)
     response_bytes = await proxy.infer(body, context)        # unary handler
@@ -56,7 +56,7 @@ class ForwardError(Exception):
 
 @attrs.frozen
 class ProxySettings:
-    """The ModelInfer path's knobs (08 §Configuration)."""
+    """The ModelInfer path's knobs."""
 
     request_timeout_seconds: float
     inbound_cap: int  # 0 = none

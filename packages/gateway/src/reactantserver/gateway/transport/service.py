@@ -1,4 +1,4 @@
-"""The inference service at the gateway, every RPC but ModelInfer (08 §Inference service).
+"""The inference service at the gateway, every RPC but ModelInfer.
 
 Forwarded calls carry raw bytes; fan-outs decode only what they merge. Health-style calls are
 answered locally, per-model calls go to the model's replicas in routing order with failover

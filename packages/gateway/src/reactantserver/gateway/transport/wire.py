@@ -1,4 +1,4 @@
-"""Partial decoding of inference bodies the gateway forwards as raw bytes (08 §ModelInfer path).
+"""Partial decoding of inference bodies the gateway forwards as raw bytes.
 
 The gateway never decodes tensors: it reads the few fields that routing needs straight from the
 protobuf wire format and forwards the body unchanged::
@@ -53,7 +53,7 @@ _PARAM_UINT64 = 5
 _STREAM_ERROR_MESSAGE = 1
 _STREAM_INFER_RESPONSE = 2
 
-#: Request parameters carrying a budget, read as the worker's codec reads them (02 §Deadlines).
+#: Request parameters carrying a budget, read as the worker's codec reads them.
 _TIMEOUT_US_KEY = "timeout"
 _TIMEOUT_NS_KEY = "reactant_timeout_ns"
 
@@ -276,7 +276,7 @@ def _input_tensor(buf: bytes, start: int, stop: int) -> tuple[bytes, list[int]]:
 
 
 def batch_units(body: bytes, input_name: str, axis: int) -> int:
-    """Items in a request (08 §Item counting): the extent at 1-based ``axis`` of ``input_name``.
+    """Items in a request: the extent at 1-based ``axis`` of ``input_name``.
 
     1 when the axis is not positive, the input is missing, the axis is past its rank, the
     extent is not positive, or the body is malformed; never raises.

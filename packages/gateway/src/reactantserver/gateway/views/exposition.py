@@ -1,4 +1,4 @@
-"""Merging Prometheus text expositions into one (08 §Metrics aggregation).
+"""Merging Prometheus text expositions into one.
 
 The gateway's ``/metrics`` is its own exposition followed by every worker's. The text format
 wants each family once, with all its samples together, so this is a line-based merge: one
@@ -7,7 +7,7 @@ that family in source order. Sample lines are copied verbatim, never re-rendered
 
     body = merge_expositions([metrics.render(), worker0_body, worker1_body])
 
-Rules the spec leaves open:
+Rules chosen here:
 
 * A sample belongs to the family of the latest ``# TYPE`` of its source when its name is one of
   that family's sample names (``_bucket``/``_sum``/``_count``/``_created`` for histograms, ...);

@@ -1,4 +1,5 @@
-"""The gateway's Prometheus metrics: every series of 12 §Metrics/Gateway on its own registry.
+"""The gateway's Prometheus metrics: every gateway family of docs/reference/metrics.md, on its own
+registry.
 
 The metric objects are attributes; the proxy's hot path uses the typed helpers::
 
@@ -10,7 +11,7 @@ The metric objects are attributes; the proxy's hot path uses the typed helpers::
     metrics.worker_ready.labels("w0").set(1)
     body = metrics.render()             # served with CONTENT_TYPE
 
-Decisions the spec leaves open:
+Decisions made here:
 
 * Families of a policy (:data:`LPT_FAMILIES`, :data:`MODEL_AWARE_FAMILIES`) are registered only
   in that ``mode``; in the others their attributes still exist and accept updates, but nothing

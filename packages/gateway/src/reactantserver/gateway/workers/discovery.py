@@ -4,7 +4,7 @@ Every ``health.interval_seconds`` the prober asks all workers ``ServerReady`` co
 (call deadline 5 s, watchdog 8 s; a timed-out call resets that worker's channel), then
 ``RepositoryIndex(ready=true)`` on the ready ones, and swaps in a new routing table
 (model -> sorted worker URLs). Policies that need worker state then get one concurrent
-``ModelControlStatus`` poll (08 §Discovery and health). A ready worker's ``ServerReady``
+``ModelControlStatus`` poll. A ready worker's ``ServerReady``
 answer may advertise its forwarding lane; each link follows that advert
 (:meth:`WorkerLink.adopt_lane`).
 

@@ -280,5 +280,5 @@ async def call_message(
 
 
 def compact_deadline(request_timeout_seconds: float) -> float:
-    """Deadline of a CompactMemory call: ``max(request_timeout_seconds, 300 s)`` (08)."""
+    """Deadline of a CompactMemory call: ``max(request_timeout_seconds, 300 s)``."""
     return max(request_timeout_seconds, _COMPACT_DEADLINE_FLOOR_S)

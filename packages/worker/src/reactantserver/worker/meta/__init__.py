@@ -1,4 +1,4 @@
-"""Meta models: Python orchestration over the worker's models (07-meta-models.md).
+"""Meta models: Python orchestration over the worker's models.
 
 :class:`MetaModel` is a meta's servable generation, :class:`MetaRunner` serves its requests
 (gate, ``run`` in the hook pool, statistics), :class:`MetaCallSession` is the ``call`` its

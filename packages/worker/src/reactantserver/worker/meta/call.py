@@ -1,4 +1,4 @@
-"""The ``call`` object a meta's ``run`` receives: committed sub-calls and scratch (07).
+"""The ``call`` object a meta's ``run`` receives: committed sub-calls and scratch.
 
 One :class:`MetaCallSession` exists per meta request and lives on the hook-pool thread that
 runs ``run``. ``call(name, inputs)`` validates the inputs against the sub-model's client

@@ -1,4 +1,4 @@
-"""The meta gate: at most ``meta.concurrency`` gated metas run at once (07 §Execution).
+"""The meta gate: at most ``meta.concurrency`` gated metas run at once.
 
 A meta with sub-models holds a permit for its whole ``run``, glue included. Waiting happens
 on the event loop (never in the hook pool, whose threads the running metas and other models'

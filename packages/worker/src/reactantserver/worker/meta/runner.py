@@ -1,4 +1,4 @@
-"""Serving one meta request: gate, ``run`` in the hook pool, output checks, statistics (07).
+"""Serving one meta request: gate, ``run`` in the hook pool, output checks, statistics.
 
 The data plane hands every request for a meta here after the common admission checks::
 

@@ -1,4 +1,4 @@
-"""Start-up steps 3-9 of 03 §Process start-up, run on the loader thread.
+"""The worker's start-up load of every model, run on the loader thread.
 
 The event loop keeps answering health and metadata while this runs: every scanned model is
 listed ``LOADING`` first, then each bundle is parsed, its ``model.py`` imported and its
@@ -103,7 +103,7 @@ def compile_model(
 
 
 def check_meta_calls(state: WorkerState, manifest: Manifest, bundle: Path) -> None:
-    """Load-time group check of a meta (07 §Validation): no callee may be a loaded meta."""
+    """Load-time group check of a meta: no callee may be a loaded meta."""
     for callee in manifest.meta_calls:
         entry = state.registry.get(callee)
         if entry is not None and entry.is_meta:

@@ -1,4 +1,4 @@
-"""Bundle content digests for the repository watcher (06 §Bundle digest).
+"""Bundle content digests for the repository watcher.
 
 A bundle's digest covers every regular file under it (manifest, modules and variants, weights,
 ``model.py``, auxiliary files), hidden files and directories excluded. Each file is hashed only

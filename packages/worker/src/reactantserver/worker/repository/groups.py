@@ -1,4 +1,4 @@
-"""A meta and its sub-models as one group: footprint, residency, residency changes (07).
+"""A meta and its sub-models as one group: footprint, residency, residency changes.
 
 The gateway only ever sees the meta, so the worker reports the group as one model and
 applies residency changes to every sub-model::

@@ -1,4 +1,4 @@
-"""Changing the model set while the worker serves: load, atomic reload, unload, rename (06).
+"""Changing the model set while the worker serves: load, atomic reload, unload, rename.
 
 Every change runs on the calling thread (the watcher thread, or an RPC's worker thread) and
 hands the steps that touch the device or the scheduler to the dispatch thread as control

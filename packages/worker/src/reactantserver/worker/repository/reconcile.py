@@ -1,4 +1,4 @@
-"""What the repository watcher does after a poll (06 §Watcher): a pure plan of actions.
+"""What the repository watcher does after a poll: a pure plan of actions.
 
 The watcher thread observes every bundle once per poll (name -> :class:`Seen`) and hands that,
 with what the worker has now (name -> :class:`Known`), to :meth:`Reconciler.plan`. A change is

@@ -1,4 +1,4 @@
-"""The repository scan (06 §Repository scan): which bundle directories this worker serves.
+"""The repository scan: which bundle directories this worker serves.
 
 Bundles are the immediate subdirectories of each root holding a ``manifest.yaml``; hidden,
 ``.tmp`` and ``.old`` entries are skipped, invalid model names are skipped with a warning,

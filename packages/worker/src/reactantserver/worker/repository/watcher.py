@@ -1,4 +1,4 @@
-"""The repository watcher (06 §Watcher): poll ``model_dirs``, debounce, apply the changes.
+"""The repository watcher: poll ``model_dirs``, debounce, apply the changes.
 
 ``dynamic`` mode only. A thread polls every ``model_poll_seconds``: it scans the roots,
 digests every bundle (re-hashing only files whose stat fingerprint moved), asks the

@@ -1,6 +1,6 @@
 """The on-demand weight budget: how many device bytes the weight cache may keep resident.
 
-Pure arithmetic over the device arena and the configured shares (03 §Weight budget), so it is
+Pure arithmetic over the device arena and the configured shares, so it is
 testable without a device::
 
     policy = BudgetPolicy(arena=stats.bytes_limit, fraction=0.9, wiggle=0.1)
@@ -91,7 +91,7 @@ def solve_weight_budget(
     max_bytes: int = 0,
     on_demand_models: int = 0,
 ) -> WeightBudget:
-    """Solve the budget of 03 §Weight budget.
+    """Solve the weight budget (docs/reference/scheduling.md, the device byte budget).
 
     ``on_demand_models`` (how many models are not device-pinned) only decides whether a zero
     budget deserves the "every dispatch reloads" warning. With ``max_bytes > 0`` the formula

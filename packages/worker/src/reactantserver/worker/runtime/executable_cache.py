@@ -1,5 +1,4 @@
-"""On-disk cache of compiled executables, so a restart skips XLA compilation (03 §Executable
-disk cache).
+"""On-disk cache of compiled executables, so a restart skips XLA compilation.
 
 Entries live at ``<cache_dir>/executables/<key[:2]>/<key>.bin`` with a ``.json`` note beside
 them. The key covers everything that changes what a compile produces. Each ``.bin`` starts with

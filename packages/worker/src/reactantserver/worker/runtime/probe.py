@@ -1,6 +1,6 @@
 """Start-up scratch probe and warmup: measure ``S``, solve the budget, seed the cost table.
 
-Runs on the dispatch thread before its loop starts (03 §Start-up probe and warmup). The probe
+Runs on the dispatch thread before its loop starts. The probe
 loads each on-demand model alone, smallest first, runs every compiled size once on zeros and
 reads the allocator's ``peak_bytes_in_use``; since the peak only grows, the scratch of the worst
 execution is bounded by ``peak - P - largest weights loaded so far``. Warmup runs every size of

@@ -1,4 +1,4 @@
-"""Residency floors: where a model's weights are kept between executions (03 §Residency).
+"""Residency floors: where a model's weights are kept between executions.
 
 | State | Host copy | Device copy | Evictable |
 |---|---|---|---|

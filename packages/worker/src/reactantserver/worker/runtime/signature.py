@@ -1,4 +1,4 @@
-"""Checks a compiled module's entry signature against its manifest and weights (01 §Files).
+"""Checks a compiled module's entry signature against its manifest and weights.
 
 The StableHLO ``main`` must take the executable inputs (manifest order) followed by the
 weights (``argument_order``) and return the executable outputs, with matching element types

@@ -1,7 +1,7 @@
 """The on-demand device weight cache: an LRU working set of model weights under a byte budget.
 
-Threading: **only the dispatch thread** calls into a :class:`WeightCache` (03 §On-demand weight
-cache). That thread is also the only one that executes, so nothing is evicted while an
+Threading: **only the dispatch thread** calls into a :class:`WeightCache`. That thread is also the
+only one that executes, so nothing is evicted while an
 execution reads the weights and no lock is needed; other threads ask the dispatch thread (a
 dispatch command) instead of calling in. The loader thread may call
 :meth:`WeightSource.keep_host` on a source *before* handing it over, so that admission is a

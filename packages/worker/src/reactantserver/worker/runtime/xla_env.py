@@ -1,7 +1,7 @@
 """XLA process settings that must be in the environment before jax is first imported.
 
 The allocator reads ``XLA_PYTHON_CLIENT_*`` and ``XLA_FLAGS`` once, when the PJRT client is
-created, so start-up applies them first (03 §Process start-up, step 2)::
+created, so start-up applies them first::
 
     for line in apply_xla_environment(config.runtime, os.environ):
         log.info(line)

@@ -1,4 +1,4 @@
-"""The worker's scheduler: per-model queues, one dispatch thread, fair / fifo / edf (04).
+"""The worker's scheduler: per-model queues, one dispatch thread, fair / fifo / edf.
 
 :class:`Scheduler` admits requests into per-model queues and runs one execution at a time on
 its dispatch thread, coalescing queued requests of one model into the compiled batch sizes.

@@ -1,4 +1,4 @@
-"""Running a dequeued batch on the dispatch thread, outside the lock (04 §Assembly, execution).
+"""Running a dequeued batch on the dispatch thread, outside the lock.
 
 Dispatch admission (hard deadline, ``edf`` laxity), execution with failure isolation, and
 recording: counters first, then each request's result, so a caller that reads the

@@ -1,4 +1,4 @@
-"""The dispatch thread's loop: take work under the lock, run it outside, fail what is left (04).
+"""The dispatch thread's loop: take work under the lock, run it outside, fail what is left.
 
 Each turn takes the pending control commands if there are any, else the next batch and the
 requests that expired while queued; it runs them outside the lock. When every queued model is

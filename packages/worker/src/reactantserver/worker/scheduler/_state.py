@@ -1,4 +1,4 @@
-"""The scheduler's shared state and what the dispatch thread does under its lock (04).
+"""The scheduler's shared state and what the dispatch thread does under its lock.
 
 One :class:`threading.Condition` guards everything here: per-model queues, the committed
 list, the control queue, statistics, the fair EMAs and the cost table. The dispatch thread

@@ -1,4 +1,4 @@
-"""Batch assembly and result slicing (04 §Assembly, execution, slicing).
+"""Batch assembly and result slicing.
 
 Inputs of the taken requests are concatenated along each input's own batch axis and
 zero-padded up to the compiled size; outputs are cut back per request as views::

@@ -1,4 +1,4 @@
-"""Learned per-(model, batch size) execution costs (04 §Cost learning).
+"""Learned per-(model, batch size) execution costs.
 
 ``cost <- alpha * t + (1 - alpha) * cost``; the first measurement (or a start-up seed)
 replaces the 0.01 s default. ``t`` covers input transfer, execution and output transfer of

@@ -1,4 +1,4 @@
-"""Which model runs next (04 §Decision order, discipline scan).
+"""Which model runs next.
 
 Each function gets the models with a non-empty queue and returns the winner's name; queues
 are never reordered::

@@ -1,4 +1,4 @@
-"""The arithmetic of the ``fair`` discipline (04 §Fair priority).
+"""The arithmetic of the ``fair`` discipline.
 
 Each regular model has a decaying EMA of the compute it used recently; its fair priority is
 how far that EMA's normalised share falls below the model's configured share, clamped, per

@@ -1,4 +1,4 @@
-"""The worker-wide in-flight cap (04 §Limits, ``endpoints.max_concurrent_requests``).
+"""The worker-wide in-flight cap.
 
 Every ``ModelInfer`` call and every stream message holds one slot from decode to response;
 health, metadata and control RPCs are exempt. Over the cap a request fails at once with

@@ -2,7 +2,7 @@
 
 Built from a :class:`~reactantserver.worker.runtime.loader.LoadedModel` when a generation is
 installed; requests validated against it keep a reference to it, so a reload never mixes
-generations in one batch (04 §Generations)::
+generations in one batch::
 
     sm = ScheduledModel.from_loaded(loaded, generation=1, weight=2.0)
     arrays, variant, rows = sm.prepare(tensors)

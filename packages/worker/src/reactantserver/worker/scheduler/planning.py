@@ -1,6 +1,7 @@
-"""Batch planning: which compiled size to run and how many queued requests it takes (04).
+"""Batch planning: which compiled size to run and how many queued requests it takes.
 
-Pure functions over row counts, so every rule of the spec's planning table is a one-line
+Pure functions over row counts, so every rule of the planning table (docs/reference/scheduling.md)
+is a one-line
 test::
 
     plan_batch([2, 2, 2], (1, 4, 8))            # Plan(batch=4, count=2)

@@ -1,4 +1,4 @@
-"""Queued requests and each model's queue (04 §Queue ordering and priority).
+"""Queued requests and each model's queue.
 
 A model's queue keeps committed meta sub-calls first (arrival order), then the other
 requests by effective priority (lower = more urgent), FIFO within a level. A request's

@@ -1,4 +1,4 @@
-"""The scheduler: admission, one dispatch thread, disciplines, coalescing, shutdown (04).
+"""The scheduler: admission, one dispatch thread, disciplines, coalescing, shutdown.
 
 One :class:`threading.Condition` guards the queues, the committed list, the control queue
 and the statistics; the dispatch thread holds it only to select and dequeue, then
@@ -295,7 +295,7 @@ class Scheduler:
         return True
 
     def record_meta(self, name: str, compute_ns: int) -> None:
-        """Count one served request of meta ``name`` (07 §Statistics).
+        """Count one served request of meta ``name``.
 
         One "dispatch" of one request and one row under cost key 0; ``compute_ns`` is the
         wall time its ``run`` spent inside sub-calls (glue excluded).

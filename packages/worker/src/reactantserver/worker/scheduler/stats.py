@@ -1,4 +1,4 @@
-"""Per-model scheduler statistics: what ``/metrics`` and ``ModelStatistics`` report (04, 05, 12).
+"""Per-model scheduler statistics: what ``/metrics`` and ``ModelStatistics`` report.
 
 The dispatch thread writes a :class:`ModelStats` under the scheduler lock after every
 dispatch; readers take a :class:`StatsSnapshot` (an immutable copy) under the same lock.

@@ -1,4 +1,4 @@
-"""The ``reactantserver.control.v1.WorkerControl`` service: residency, policy, compaction (05).
+"""The ``reactantserver.control.v1.WorkerControl`` service: residency, policy, compaction.
 
 A control plane (the gateway, an operator) reads a snapshot of every model with
 ``ModelControlStatus`` and steers the worker with ``SetModelResidency`` (``explicit`` mode),
@@ -110,7 +110,7 @@ class WorkerControlService(control_pb2_grpc.WorkerControlServicer):
     """``reactantserver.control.v1.WorkerControl`` over one worker's :class:`WorkerState`.
 
     Every RPC answers ``UNAVAILABLE`` while the worker is starting (no runtime yet) or shutting
-    down. A meta is reported as one group (07 §Visibility); ``SetModelResidency`` on a meta
+    down. A meta is reported as one group; ``SetModelResidency`` on a meta
     moves every sub-model, ``SetModelPolicy`` takes regular models only.
     """
 

@@ -1,4 +1,4 @@
-"""The worker's HTTP port: ``/metrics``, ``/healthz``, ``/readyz``, KServe V2 REST (05 §HTTP).
+"""The worker's HTTP port: ``/metrics``, ``/healthz``, ``/readyz``, KServe V2 REST.
 
 The status page is ``GET /`` and its document ``GET /status``
 (:mod:`reactantserver.worker.views.status`).
@@ -32,7 +32,8 @@ _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def _not_found(request: web.Request, handler: _Handler) -> web.StreamResponse:
-    """Answer a known path with an unknown method ``404`` too (the spec has no ``405``)."""
+    """Answer a known path with an unknown method ``404`` too (no ``405``: Triton answers none
+    either)."""
     try:
         return await handler(request)
     except web.HTTPMethodNotAllowed:

@@ -2,7 +2,7 @@
 
 Each handler translates wire messages to the data plane's types and back; errors are
 ``ReactantError`` subclasses raised deeper down and turned into a status exactly once, here
-(05 §Status codes). Streaming lives in :mod:`reactantserver.worker.transport.stream`::
+. Streaming lives in :mod:`reactantserver.worker.transport.stream`::
 
     service = InferenceService(state)
     server.add_generic_rpc_handlers([inference_service_handler(service.handlers())])
@@ -46,7 +46,7 @@ __all__ = ["InferenceService"]
 
 _log = logging.getLogger("reactantserver.worker.grpc")
 
-# Statuses that are the client's doing are logged at debug; the rest at warning (12 §Logs).
+# Statuses that are the client's doing are logged at debug; the rest at warning.
 _CLIENT_STATUSES = frozenset(
     {
         grpc.StatusCode.INVALID_ARGUMENT,
@@ -422,7 +422,7 @@ def _reported_delay_us(scheduled: Any) -> int:
 
 
 def _unsupported_parameters(request: Any) -> str | None:
-    """Why the parameters of a repository request are refused, or ``None`` (05 §Repository).
+    """Why the parameters of a repository request are refused, or ``None``.
 
     Config overrides and files are not supported: the bundle directory is a model's only
     source. ``unload_dependents: false``, which tritonclient's ``unload_model`` always sends,

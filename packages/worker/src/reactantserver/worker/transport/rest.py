@@ -1,4 +1,4 @@
-"""KServe V2 REST on the worker's HTTP port: ``/v2/...`` over the gRPC handlers (05 §HTTP).
+"""KServe V2 REST on the worker's HTTP port: ``/v2/...`` over the gRPC handlers.
 
 REST only translates: :func:`reactantserver.core.rest.handle_rest` turns each HTTP request
 into the protobuf request the gRPC service receives, :class:`WorkerRestBackend` runs the very

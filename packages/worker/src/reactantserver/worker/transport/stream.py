@@ -3,7 +3,7 @@
 Messages on one stream run concurrently (each holds its own in-flight slot). A failed message
 gets a response with ``error_message`` set and an ``infer_response`` carrying only the model
 name and id; the stream stays open. It ends once the client half-closed and every answer is
-written; a cancelled stream cancels its queued requests (05 §Streaming).
+written; a cancelled stream cancels its queued requests.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The scrape-time half of the worker's metrics: every family read from the :class:`WorkerState`.
 
 :class:`StateCollector`, registered by ``metrics.WorkerMetrics``, builds on each scrape every
-series of 12 §Metrics/Worker except the request counters: scheduler statistics, per-stage CPU,
+worker family of docs/reference/metrics.md except the request counters: scheduler statistics,
+per-stage CPU,
 weight-cache residency, device memory, the executable cache, the meta gate, the in-flight
 limiter and ``reactantserver_worker_info``. It only reads; the weight cache stays the dispatch
 thread's, so a

@@ -1,4 +1,5 @@
-"""The worker's Prometheus metrics: every series of 12 §Metrics/Worker, rendered for ``/metrics``.
+"""The worker's Prometheus metrics: every family of docs/reference/metrics.md, rendered for
+``/metrics``.
 
 Request outcomes are counted as they happen, in ``state.requests`` (the transports call its
 ``observe``); everything, those counters included, is read from the :class:`WorkerState` at
@@ -9,7 +10,7 @@ scrape time. Every sample carries ``worker="<name>"`` (``config.worker_name``, e
     body = metrics.render()             # served with CONTENT_TYPE
     metrics.forget_model("resnet")      # after the registry dropped an unloaded model
 
-Decisions the spec leaves open:
+Decisions made here:
 
 * Requests for names the registry does not hold (``NOT_FOUND``) create no series: clients
   could otherwise mint label values. Drop a model from the registry *before*
@@ -17,11 +18,11 @@ Decisions the spec leaves open:
 * Per-model series exist only for registry names (scheduler stats outlive an unload);
   worker-wide totals still count everything. Residency series cover models with weights.
 * ``reactantserver_worker_meta_gate_in_use`` / ``reactantserver_worker_meta_gate_waiting`` show the
-  meta gate (07);
+  meta gate;
   ``*_created`` series are dropped.
 * The weight cache belongs to the dispatch thread: a scrape only reads its counters and
   per-model flags and skips a model removed meanwhile, so it never waits for an execution.
-* ``reactantserver_worker_stage_cpu_seconds_total{model, stage}`` (beyond 12) splits the server's
+* ``reactantserver_worker_stage_cpu_seconds_total{model, stage}`` splits the server's
   CPU per
   request by stage (:data:`CPU_STAGES`): decode and encode are counted as requests finish
   (``WorkerMetrics.observe_request``), queue and dispatch by the scheduler. The rest of

@@ -1,7 +1,7 @@
 """Model descriptions for the inference service: metadata, config, repository index, statistics.
 
 Pure functions from registry entries (and the counters the caller read) to the generated
-KServe/Triton messages (05 §ModelMetadata, §ModelConfig, §RepositoryIndex, §Statistics). The
+KServe/Triton messages. The
 gRPC handlers resolve names and read live state; nothing here touches grpc or the scheduler::
 
     entry = state.registry.find(name, version)
@@ -15,7 +15,7 @@ gRPC handlers resolve names and read live state; nothing here touches grpc or th
         weight_bytes=entry.loaded.weight_nbytes,
     )
 
-Choices the spec leaves open:
+Choices made here:
 
 - ``platform`` is the backend platform (``cpu``/``cuda``); a meta reports
   :data:`META_PLATFORM` instead, its instance group still follows the backend.
@@ -169,7 +169,7 @@ def model_config(
     weight_bytes: int,
     queue_delay_us: int = 0,
 ) -> pb.ModelConfigResponse:
-    """``ModelConfig`` generated from the manifest (05 §ModelConfig).
+    """``ModelConfig`` generated from the manifest.
 
     ``platform`` is the backend platform, ``effective_max_batch`` the scheduled model's
     ``max_batch`` (reported only when the model coalesces and every client tensor batches

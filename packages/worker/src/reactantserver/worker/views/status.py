@@ -7,7 +7,7 @@ per-model flags::
     add_status_routes(app, state)      # GET / (the page) and GET /status (this document)
     doc = worker_status(state, uptime_seconds=12.5)
 
-Decisions the spec leaves open:
+Decisions made here:
 
 * Models are the visible registry entries plus the hidden sub-models of metas (they run on this
   device too), sorted by name.

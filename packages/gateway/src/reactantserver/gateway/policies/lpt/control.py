@@ -2,7 +2,7 @@
 
 Functions over the running policy as :class:`LptControlled` describes it
 (:class:`~reactantserver.gateway.policies.lpt.policy.LptPolicy`); the policy's methods delegate
-here so the control plane stays apart from the hot path (08 §GatewayControl).
+here so the control plane stays apart from the hot path.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fill plans and per-request replica selection of ``lpt_packing`` (08 §Fill plan, §Routing).
+"""Fill plans and per-request replica selection of ``lpt_packing``.
 
 Pure: no I/O, no clocks. The repack installs a placement with its fill plans, each tick
 republishes the plans, and the ModelInfer path routes and releases::
@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 FillMode: TypeAlias = Literal["run", "spread", "inflight"]
-"""How a multi-replica model's requests fill its replicas (08 §Routing)."""
+"""How a multi-replica model's requests fill its replicas."""
 RoutingPolicy: TypeAlias = Literal["fill_least", "fill_rr"]
 """``fill_least`` breaks ties by worker load before rotation; ``fill_rr`` by rotation only."""
 
@@ -90,7 +90,7 @@ def resolve_fill_plan(
     batch_input_name: str = "",
     batch_axis: int = 0,
 ) -> FillPlan:
-    """Resolve ``model``'s fill plan (08 §Fill plan).
+    """Resolve ``model``'s fill plan.
 
     Mode = the override unless ``None``/``"inherit"``, else ``default_mode``; factor = the
     override if > 0, else ``default_factor``; ``Q = max(1, round(factor * max_batch))`` when
@@ -151,7 +151,7 @@ class ReplicaRouter:
     Counters — in-flight items and routed requests per (model, worker), load per worker —
     survive :meth:`install`, so requests routed before a repack release correctly after it.
     Callers run on one event loop and :meth:`route`/:meth:`release` never await, so each
-    selection is atomic: that is the spec's per-model selection lock.
+    selection is atomic: that is the per-model selection lock.
     """
 
     def __init__(self) -> None:

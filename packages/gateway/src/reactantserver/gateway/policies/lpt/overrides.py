@@ -1,4 +1,4 @@
-"""Per-model placement overrides and ``SetModelPlacement`` (08 §Mutator semantics).
+"""Per-model placement overrides and ``SetModelPlacement``.
 
 Pure, like :mod:`.knobs`: the control service keeps one overrides map (seeded from
 ``scheduling.models``) and installs the one this returns::
@@ -74,7 +74,7 @@ class ModelOverride:
 
 
 def fill_quantum(fill_factor: float, max_batch: int) -> int:
-    """``Q = max(1, round(factor x max_batch))`` when ``max_batch > 0``, else 1 (08 §Fill plan)."""
+    """``Q = max(1, round(factor x max_batch))`` when ``max_batch > 0``, else 1."""
     return max(1, round(fill_factor * max_batch)) if max_batch > 0 else 1
 
 
@@ -135,7 +135,7 @@ def apply_placement_request(
     ready_workers: int,
     knobs: SchedulingKnobs | None = None,
 ) -> PlacementResult:
-    """``SetModelPlacement`` (08 §Mutator semantics) over the current per-model overrides.
+    """``SetModelPlacement`` over the current per-model overrides.
 
     ``known_models`` are the routed models; ``ready_workers`` the count of the last tick;
     ``knobs`` (default: the defaults) supplies ``default_replicas`` and the fill defaults.

@@ -1,4 +1,4 @@
-"""Greedy two-dimensional LPT packing of models onto workers (08 §Policy ``lpt_packing``).
+"""Greedy two-dimensional LPT packing of models onto workers.
 
 Pure: no I/O, no clocks. The repack loop feeds it the models' compute shares and footprints,
 the workers' weight-cache budgets and the previous placement, and installs what comes back::
@@ -87,7 +87,7 @@ class Assignment:
 
 @attrs.frozen
 class PlacementChange:
-    """What a repack changed (08 §Repack step 7); both tuples sorted."""
+    """What a repack changed; both tuples sorted."""
 
     moved: tuple[str, ...]
     changed_workers: tuple[str, ...]
@@ -134,7 +134,7 @@ def compute_assignment(
     hysteresis: float = 0.0,
     previous: Mapping[str, Collection[str]] | None = None,
 ) -> Assignment:
-    """Pack ``models`` onto ``workers`` (08 §``compute_assignment``).
+    """Pack ``models`` onto ``workers``.
 
     Workers are considered in URL order (ties go to the smaller URL); models are visited by
     descending ``u``, then descending ``mem``, then name. ``replicas`` overrides
@@ -255,7 +255,7 @@ def _place_many(
 def placement_change(
     before: Mapping[str, Collection[str]], after: Mapping[str, Collection[str]]
 ) -> PlacementChange:
-    """Models whose worker set changed and the workers those changes touch (08 §Repack step 7).
+    """Models whose worker set changed and the workers those changes touch.
 
     A model only in ``after`` is new, not a move, and touches no worker; a model only in
     ``before`` was dropped and touches every worker it was on; a model in both whose set differs

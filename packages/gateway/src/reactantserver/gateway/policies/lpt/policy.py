@@ -5,7 +5,7 @@ are refreshed and the fleet's consumed compute is accumulated; once it reaches t
 budget (or an operator asked) the policy *repacks*: arrival-rate and cost EWMAs give each model
 its utilisation ``u``, :func:`compute_assignment` places models on workers, the replica router
 is re-installed with live counters carried over, and changed workers are compacted
-(08 §Policy ``lpt_packing``). Requests are routed by :class:`ReplicaRouter` over the installed
+. Requests are routed by :class:`ReplicaRouter` over the installed
 placement. Operator control lives in :mod:`reactantserver.gateway.policies.lpt.control`.
 """
 
@@ -204,7 +204,7 @@ class LptPolicy:
     def repack(
         self, trigger: str, polls: Mapping[str, control_pb2.ModelControlStatusResponse]
     ) -> None:
-        """Recompute the placement from fresh EWMAs and install it (08 §Repack steps 1-10)."""
+        """Recompute the placement from fresh EWMAs and install it."""
         snapshot = self.meta.snapshot
         now = time.monotonic()
         wall = 0.0 if self._last_repack_wall is None else now - self._last_repack_wall

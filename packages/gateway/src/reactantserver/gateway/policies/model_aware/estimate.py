@@ -1,4 +1,4 @@
-"""Cold-start-aware routing estimate of the ``model_aware`` policy (08 §Policy `model_aware`).
+"""Cold-start-aware routing estimate of the ``model_aware`` policy.
 
 Every candidate worker gets ``E(w) = N(w) + Q(w) + L(m, w) + T_I(m)``, the request's expected
 latency there, and the request goes to the argmin of ``E(w) + D(w)``; the rest follow as
@@ -94,7 +94,7 @@ def _not_negative_each(
 
 @attrs.frozen
 class ModelAwareKnobs:
-    """``scheduling.model_aware.*`` (08 §Configuration), validated on construction."""
+    """``scheduling.model_aware.*``, validated on construction."""
 
     cold_load_penalty: float = attrs.field(default=1.0, validator=_at_least_one)
     default_load_bandwidth_bytes_per_second: float = attrs.field(default=8e9, validator=_positive)

@@ -4,7 +4,7 @@ Glue between the prober, the pure :class:`~reactantserver.gateway.policies.model
 ModelAwareRouter` (the latency estimate) and :class:`~reactantserver.gateway.policies.routing_meta.
 RoutingMeta` (cost per item, batch locator). Workers whose status poll failed are not
 estimated: a model with such a replica is routed round robin over its replicas, with a
-warning, until the polls come back (08 §Policy ``model_aware``).
+warning, until the polls come back.
 """
 
 from __future__ import annotations
