@@ -1,0 +1,195 @@
+"""The configuration reference, generated from the schema: every key, type, default, variable.
+
+The attrs classes are the schema: a key's type is its annotation, its default the field's, its
+description the docstring written under it (or the ``#:`` comment above it). This module walks
+a configuration class into :class:`KeyRow` s and renders them as Markdown, so
+``docs/reference/configuration.md`` is regenerated rather than written by hand (``python
+tools/config_reference.py``; a test fails when the committed page is stale)::
+
+    rows = key_rows(WorkerConfig, variable=worker_variable)
+    print(markdown_table(rows))
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import functools
+import inspect
+import re
+import sys
+import typing
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from reactantserver.core.config._env import env_name
+from reactantserver.core.config._fields import ENV_ONLY_KEY
+from reactantserver.core.config._schema import WorkerConfig
+
+__all__ = ["KeyRow", "key_rows", "markdown_table", "worker_variable"]
+
+# Section citations of the design documents the docstrings grew from, not in this repository.
+_CITATION = re.compile(r" ?\((?:beyond,? ?)?\d\d(?: ?§[^)]*)?(?:, ?\d\d(?: ?§[^)]*)?)*\)")
+
+
+@attrs.frozen
+class KeyRow:
+    """One configuration key as the reference lists it."""
+
+    key: str
+    type: str
+    default: str
+    variable: str
+    description: str
+
+
+def _worker_keys() -> frozenset[str]:
+    return frozenset(".".join(path) for path in _leaf_paths(WorkerConfig, ()))
+
+
+def _leaf_paths(cls: type, prefix: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    hints = typing.get_type_hints(cls)
+    for field in attrs.fields(cls):
+        tp = hints[field.name]
+        if isinstance(tp, type) and attrs.has(tp):
+            yield from _leaf_paths(tp, (*prefix, field.name))
+        else:
+            yield (*prefix, field.name)
+
+
+def worker_variable(path: tuple[str, ...]) -> str:
+    """The ``INFERENCE_SERVER_*`` variable of a worker key (every worker key has one)."""
+    return env_name(path)
+
+
+@functools.cache
+def _field_docs(cls: type) -> dict[str, str]:
+    """Field name -> the docstring under it or the ``#:`` comment above it, in ``cls``'s source."""
+    source = inspect.getsource(sys.modules[cls.__module__])
+    lines = source.splitlines()
+    tree = ast.parse(source)
+    node = next(
+        n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls.__name__
+    )
+    docs: dict[str, str] = {}
+    body = node.body
+    for index, statement in enumerate(body):
+        if not isinstance(statement, ast.AnnAssign) or not isinstance(statement.target, ast.Name):
+            continue
+        name = statement.target.id
+        following = body[index + 1] if index + 1 < len(body) else None
+        if (
+            isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
+            docs[name] = following.value.value
+            continue
+        comments = []
+        line = statement.lineno - 2
+        while line >= 0 and lines[line].strip().startswith("#:"):
+            comments.insert(0, lines[line].strip().removeprefix("#:").strip())
+            line -= 1
+        if comments:
+            docs[name] = " ".join(comments)
+    return docs
+
+
+@functools.cache
+def _annotations(cls: type) -> dict[str, str]:
+    source = inspect.getsource(cls)
+    node = ast.parse(inspect.cleandoc(source) if source[:1].isspace() else source).body[0]
+    assert isinstance(node, ast.ClassDef)
+    return {
+        s.target.id: ast.unparse(s.annotation)
+        for s in node.body
+        if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+    }
+
+
+def _plain(text: str) -> str:
+    text = _CITATION.sub("", " ".join(text.split()))
+    return text.replace("|", "\\|")
+
+
+def _show(value: object) -> str:
+    if isinstance(value, enum.Enum):
+        return f"`{value.value}`"
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, str):
+        return f'`"{value}"`' if value else '`""`'
+    if isinstance(value, tuple | list):
+        return "`[" + ", ".join(str(v) for v in value) + "]`" if value else "`[]`"
+    if isinstance(value, Mapping):
+        return "`{}`" if not value else f"`{dict(value)}`"
+    return f"`{value}`"
+
+
+def _default(field: attrs.Attribute[Any]) -> str:
+    default = field.default
+    if default is attrs.NOTHING:
+        return "required"
+    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        if default.takes_self:
+            return "derived"
+        return _show(default.factory())
+    return _show(default)
+
+
+def key_rows(
+    cls: type,
+    *,
+    variable: Callable[[tuple[str, ...]], str],
+    prefix: tuple[str, ...] = (),
+    skip: Sequence[str] = (),
+) -> list[KeyRow]:
+    """Every key of the configuration class ``cls``, nested sections flattened to dotted keys.
+
+    ``variable`` names a key's environment variable ("" for none); ``skip`` lists top-level
+    fields that are not file keys. Fields the loader sets from the environment are left out.
+    """
+    hints = typing.get_type_hints(cls)
+    docs = _field_docs(cls)
+    annotations = _annotations(cls)
+    rows: list[KeyRow] = []
+    for field in attrs.fields(cls):
+        if field.name in skip or field.metadata.get(ENV_ONLY_KEY):
+            continue
+        path = (*prefix, field.name)
+        tp = hints[field.name]
+        if isinstance(tp, type) and attrs.has(tp):
+            rows += key_rows(tp, variable=variable, prefix=path)
+            continue
+        rows.append(
+            KeyRow(
+                key=".".join(path),
+                type=annotations.get(field.name, str(tp)),
+                default=_default(field),
+                variable=variable(path),
+                description=_plain(docs.get(field.name, "")),
+            )
+        )
+        value_type = typing.get_args(tp)[-1] if typing.get_origin(tp) is Mapping else None
+        if isinstance(value_type, type) and attrs.has(value_type):
+            entry = (*path, "<name>")
+            rows += key_rows(value_type, variable=lambda _p: "", prefix=entry)
+    return rows
+
+
+def markdown_table(rows: Sequence[KeyRow]) -> str:
+    """``rows`` as a Markdown table: key, type, default, variable, meaning."""
+    lines = [
+        "| Key | Type | Default | Environment variable | Meaning |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        variable = f"`{row.variable}`" if row.variable else ""
+        lines.append(
+            f"| `{row.key}` | `{row.type}` | {row.default} | {variable} | {row.description} |"
+        )
+    return "\n".join(lines) + "\n"
