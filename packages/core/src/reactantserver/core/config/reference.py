@@ -70,9 +70,7 @@ def _field_docs(cls: type) -> dict[str, str]:
     source = inspect.getsource(sys.modules[cls.__module__])
     lines = source.splitlines()
     tree = ast.parse(source)
-    node = next(
-        n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls.__name__
-    )
+    node = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
     docs: dict[str, str] = {}
     body = node.body
     for index, statement in enumerate(body):
@@ -87,7 +85,7 @@ def _field_docs(cls: type) -> dict[str, str]:
         ):
             docs[name] = following.value.value
             continue
-        comments = []
+        comments: list[str] = []
         line = statement.lineno - 2
         while line >= 0 and lines[line].strip().startswith("#:"):
             comments.insert(0, lines[line].strip().removeprefix("#:").strip())
@@ -115,23 +113,25 @@ def _plain(text: str) -> str:
 
 
 def _show(value: object) -> str:
-    if isinstance(value, enum.Enum):
-        return f"`{value.value}`"
     if value is None:
         return "unset"
-    if isinstance(value, bool):
-        return f"`{str(value).lower()}`"
-    if isinstance(value, str):
-        return f'`"{value}"`' if value else '`""`'
-    if isinstance(value, tuple | list):
-        return "`[" + ", ".join(str(v) for v in value) + "]`" if value else "`[]`"
-    if isinstance(value, Mapping):
-        return "`{}`" if not value else f"`{dict(value)}`"
-    return f"`{value}`"
+    if isinstance(value, enum.Enum):
+        text = str(value.value)
+    elif isinstance(value, bool):
+        text = str(value).lower()
+    elif isinstance(value, str):
+        text = f'"{value}"'
+    elif isinstance(value, tuple | list):
+        text = "[" + ", ".join(str(v) for v in value) + "]"
+    elif isinstance(value, Mapping):
+        text = str(dict(value)) if value else "{}"
+    else:
+        text = str(value)
+    return f"`{text}`"
 
 
 def _default(field: attrs.Attribute[Any]) -> str:
-    default = field.default
+    default: Any = field.default
     if default is attrs.NOTHING:
         return "required"
     if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
@@ -147,11 +147,13 @@ def key_rows(
     variable: Callable[[tuple[str, ...]], str],
     prefix: tuple[str, ...] = (),
     skip: Sequence[str] = (),
+    rename: Mapping[str, str] | None = None,
 ) -> list[KeyRow]:
     """Every key of the configuration class ``cls``, nested sections flattened to dotted keys.
 
     ``variable`` names a key's environment variable ("" for none); ``skip`` lists top-level
-    fields that are not file keys. Fields the loader sets from the environment are left out.
+    fields that are not file keys; ``rename`` maps a field to its file key where they differ.
+    Fields the loader sets from the environment are left out.
     """
     hints = typing.get_type_hints(cls)
     docs = _field_docs(cls)
@@ -160,7 +162,7 @@ def key_rows(
     for field in attrs.fields(cls):
         if field.name in skip or field.metadata.get(ENV_ONLY_KEY):
             continue
-        path = (*prefix, field.name)
+        path = (*prefix, (rename or {}).get(field.name, field.name))
         tp = hints[field.name]
         if isinstance(tp, type) and attrs.has(tp):
             rows += key_rows(tp, variable=variable, prefix=path)
@@ -174,11 +176,22 @@ def key_rows(
                 description=_plain(docs.get(field.name, "")),
             )
         )
-        value_type = typing.get_args(tp)[-1] if typing.get_origin(tp) is Mapping else None
-        if isinstance(value_type, type) and attrs.has(value_type):
-            entry = (*path, "<name>")
-            rows += key_rows(value_type, variable=lambda _p: "", prefix=entry)
+        item, entry = _nested(tp, path)
+        if item is not None:
+            rows += key_rows(item, variable=lambda _p: "", prefix=entry)
     return rows
+
+
+def _nested(tp: object, path: tuple[str, ...]) -> tuple[type | None, tuple[str, ...]]:
+    """The attrs class inside a map (``key.<name>.*``) or a list (``key[].*``) of them."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) is Mapping and args and attrs.has(args[-1]):
+        return args[-1], (*path, "<name>")
+    for arg in args:  # tuple[X, ...] | None
+        inner = typing.get_args(arg) if typing.get_origin(arg) is tuple else (arg,)
+        if inner and isinstance(inner[0], type) and attrs.has(inner[0]):
+            return inner[0], (*path[:-1], f"{path[-1]}[]")
+    return None, path
 
 
 def markdown_table(rows: Sequence[KeyRow]) -> str:
@@ -190,6 +203,7 @@ def markdown_table(rows: Sequence[KeyRow]) -> str:
     for row in rows:
         variable = f"`{row.variable}`" if row.variable else ""
         lines.append(
-            f"| `{row.key}` | `{row.type}` | {row.default} | {variable} | {row.description} |"
+            f"| `{row.key}` | `{row.type.replace('|', chr(92) + '|')}` | {row.default} "
+            f"| {variable} | {row.description} |"
         )
     return "\n".join(lines) + "\n"
