@@ -158,13 +158,30 @@ def test_is_same_ipc_namespace(gateway: GatewayProcess) -> None:
         CUDA_SHARED_MEMORY_STATUS,
         CUDA_SHARED_MEMORY_UNREGISTER,
         TRACE_SETTING,
-        LOG_SETTINGS,
     ],
 )
 def test_unsupported_rpcs_are_unimplemented(gateway: GatewayProcess, path: str) -> None:
     with pytest.raises(grpc.RpcError) as caught:
         raw_unary(gateway.url, path, b"")
     assert status_of(caught.value) == "UNIMPLEMENTED"
+
+
+def test_log_settings_answer_for_the_gateway_process(gateway: GatewayProcess) -> None:
+    answer = pb.LogSettingsResponse.FromString(raw_unary(gateway.url, LOG_SETTINGS, b""))
+    assert set(answer.settings) == {
+        "log_file",
+        "log_info",
+        "log_warning",
+        "log_error",
+        "log_verbose_level",
+        "log_format",
+    }
+    assert answer.settings["log_file"].string_param == ""
+    bad = pb.LogSettingsRequest()
+    bad.settings["log_file"].string_param = "/tmp/gateway.log"
+    with pytest.raises(grpc.RpcError) as caught:
+        raw_unary(gateway.url, LOG_SETTINGS, bad.SerializeToString())
+    assert status_of(caught.value) == "INVALID_ARGUMENT"
 
 
 def test_cuda_shared_memory_through_the_client_is_unimplemented(client: Any) -> None:
