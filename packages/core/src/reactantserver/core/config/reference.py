@@ -70,9 +70,7 @@ def _field_docs(cls: type) -> dict[str, str]:
     source = inspect.getsource(sys.modules[cls.__module__])
     lines = source.splitlines()
     tree = ast.parse(source)
-    node = next(
-        n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls.__name__
-    )
+    node = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
     docs: dict[str, str] = {}
     body = node.body
     for index, statement in enumerate(body):
@@ -87,7 +85,7 @@ def _field_docs(cls: type) -> dict[str, str]:
         ):
             docs[name] = following.value.value
             continue
-        comments = []
+        comments: list[str] = []
         line = statement.lineno - 2
         while line >= 0 and lines[line].strip().startswith("#:"):
             comments.insert(0, lines[line].strip().removeprefix("#:").strip())
@@ -114,7 +112,7 @@ def _plain(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _show(value: object) -> str:
+def _show(value: object) -> str:  # noqa: PLR0911 - one return per kind of value
     if isinstance(value, enum.Enum):
         return f"`{value.value}`"
     if value is None:
@@ -135,9 +133,10 @@ def _default(field: attrs.Attribute[Any]) -> str:
     if default is attrs.NOTHING:
         return "required"
     if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-        if default.takes_self:
+        factory: Any = default  # attrs types Factory as a function, so isinstance narrows nothing
+        if factory.takes_self:
             return "derived"
-        return _show(default.factory())
+        return _show(factory.factory())
     return _show(default)
 
 
