@@ -78,11 +78,11 @@ path (`scheduler.max_queue_depth: must be >= 1, got 0`). Boolean variables accep
 
 
 def _inverse(table: Mapping[str, str]) -> dict[str, str]:
-    """Dotted key -> its variable (the first in sorted order where a key has aliases)."""
-    inverse: dict[str, str] = {}
+    """Dotted key -> its variables, ", "-separated (a key may have an alias)."""
+    inverse: dict[str, list[str]] = {}
     for variable, key in sorted(table.items()):
-        inverse.setdefault(key, variable)
-    return inverse
+        inverse.setdefault(key, []).append(variable)
+    return {key: ", ".join(names) for key, names in inverse.items()}
 
 
 def render() -> str:

@@ -173,7 +173,11 @@ class ListenAddresses:
     """``listen.*``: the gateway's gRPC and HTTP (metrics) addresses; port 0 = any free port."""
 
     grpc: str = setting("0.0.0.0:8001", check=_LISTEN)
+    """Address of the gateway's gRPC port, ``host:port`` (IPv6 hosts in brackets); port 0
+    picks a free port."""
     metrics: str = setting("0.0.0.0:8002", check=_LISTEN)
+    """Address of the gateway's HTTP port (metrics merged with the workers', health, status
+    page, KServe REST), ``host:port``; port 0 picks a free port. It is plain HTTP."""
 
 
 @attrs.frozen
@@ -181,8 +185,14 @@ class WorkerTlsConfig:
     """``worker_client.tls.*``: TLS (a CA) and mTLS (cert + key) towards the workers."""
 
     ca_file: str = setting("")
+    """Path of the PEM CA bundle that verifies the workers' certificates; setting it (or
+    ``cert_file``) makes the gateway dial workers over TLS. Empty: plain gRPC, or the
+    system's CAs when only ``cert_file`` is set."""
     cert_file: str = setting("")
+    """Path of the PEM client certificate the gateway presents to workers that require
+    mutual TLS; set ``key_file`` with it."""
     key_file: str = setting("")
+    """Path of the PEM private key of ``cert_file``."""
 
     @property
     def enabled(self) -> bool:
@@ -195,29 +205,48 @@ class WorkerClientConfig:
     """``worker_client.*``: the gateway's outbound calls to workers."""
 
     request_timeout_seconds: float = setting(60.0, check=between(0, lo_open=True))
+    """Deadline in seconds of a forwarded call whose client set none, and of the gateway's
+    own calls to workers (> 0); a ``CompactMemory`` fan-out gets at least 300 s."""
     max_concurrent_streams: int = setting(32, check=between(0, lo_open=True))
+    """The most calls the gateway has in flight to one worker (> 0); more wait for a slot,
+    bounded by their deadlines."""
     lane: bool = setting(True)
-    """Forward ModelInfer over a worker's forwarding lane when it offers one (not with TLS)."""
+    """Forward inference calls over a worker's forwarding lane (a Unix socket on the same
+    host) when it offers one; never with TLS towards the workers."""
     tls: WorkerTlsConfig = WorkerTlsConfig()
 
 
 @attrs.frozen
 class GatewayGrpcConfig:
-    """``grpc.*``: message limits, the inbound cap and keepalive (as the worker's, 02)."""
+    """``grpc.*``: message limits, the inbound cap and keepalive (as the worker's)."""
 
     max_recv_msg_bytes: int = setting(
         536870912, check=between(0, MAX_GRPC_MESSAGE_BYTES, lo_open=True)
     )
+    """Largest gRPC message accepted from clients and from workers, in bytes (> 0); also caps
+    HTTP request bodies. A worker's own smaller cap still applies behind it."""
     max_send_msg_bytes: int = setting(
         536870912, check=between(0, MAX_GRPC_MESSAGE_BYTES, lo_open=True)
     )
+    """Largest gRPC message sent to clients and to workers, in bytes (> 0)."""
     max_concurrent_requests_per_worker: int = setting(64, check=between(0))
+    """Inference calls in flight through the gateway, per worker: the gateway's cap is this
+    times the number of ``endpoints``, and a call past it is refused with
+    ``RESOURCE_EXHAUSTED``. 0: no cap."""
     # As the worker's: the native front answers clients' pings and keeps idle connections
     # open; these four load but are not enforced.
     keepalive_time_seconds: float = setting(60.0, check=between(0))
+    """Accepted for compatibility, not enforced: the gateway sends no keepalive pings to its
+    clients (it answers theirs). Seconds, >= 0."""
     keepalive_timeout_seconds: float = setting(20.0, check=between(0, lo_open=True))
+    """Accepted for compatibility, not enforced (no pings are sent to time out). Seconds,
+    > 0."""
     min_client_ping_interval_seconds: float = setting(10.0, check=between(0))
+    """Accepted for compatibility, not enforced: no minimum interval applies to clients'
+    pings. Seconds, >= 0."""
     max_connection_age_seconds: float = setting(0.0, check=between(0))
+    """Accepted for compatibility, not enforced: no client connection is closed for its age.
+    Seconds, >= 0."""
 
 
 @attrs.frozen
@@ -225,7 +254,12 @@ class HealthConfig:
     """``health.*``: the prober's period and the wedge exit (0 rounds disables it)."""
 
     interval_seconds: float = setting(10.0, check=between(0, lo_open=True))
+    """Seconds between probe rounds (> 0): each round checks every worker's readiness,
+    refreshes the routing table and, in ``lpt_packing`` and ``model_aware``, polls the
+    workers' status."""
     wedge_exit_rounds: int = setting(3, check=between(0))
+    """Exit with code 1 (so a supervisor restarts the gateway) after this many probe rounds
+    in a row in which every worker probe timed out, once some worker had answered. 0: never."""
 
 
 @attrs.frozen
@@ -235,8 +269,13 @@ class ModelPlacementConfig:
     replicas: int | Literal["all"] | None = setting(
         None, check=_replicas_check, parse=parse_replicas
     )
+    """How many workers this model is placed on: an integer >= 1 or ``all``; unset:
+    ``scheduling.default_replicas``. Takes effect at the next repack."""
     fill_mode: ModelFillMode = ModelFillMode.INHERIT
+    """This model's fill mode (``run``, ``spread`` or ``inflight``); ``inherit`` uses
+    ``scheduling.routing_fill_mode``."""
     fill_factor: float | None = setting(None, check=_positive_finite)
+    """This model's fill factor (> 0); unset: ``scheduling.routing_fill_factor``."""
 
 
 @attrs.frozen
@@ -244,12 +283,19 @@ class ModelAwareConfig:
     """``scheduling.model_aware.*``: the knobs of the ``model_aware`` estimate."""
 
     cold_load_penalty: float = setting(1.0, check=between(1))
+    """Multiplier on the estimated time of a cold weight load (>= 1); raise it to send more
+    requests to workers where the model is already resident."""
     default_load_bandwidth_bytes_per_second: float = setting(8e9, check=between(0, lo_open=True))
+    """Weight-load speed assumed for a worker until it has measured its own, in bytes per
+    second (> 0; 8e9 is 8 GB/s)."""
     load_overhead_seconds: float = setting(0.005, check=between(0))
-    #: Endpoint → seconds added to every estimate for that worker (read-only; not hashed).
+    """Fixed seconds added to every cold-load estimate, whatever the model's size (>= 0)."""
+    # Read-only; not hashed.
     network_seconds: Mapping[str, float] = setting(
         factory=dict, each=between(0), converter=_frozen_map
     )
+    """Worker endpoint (as written in ``endpoints``) to seconds (>= 0) added to every
+    estimate for that worker, for workers farther away; unlisted: 0. Fixed at start-up."""
 
 
 _DEFAULT_PLACEMENT: Final = ModelPlacementConfig()
@@ -260,22 +306,54 @@ class SchedulingConfig:
     """``scheduling.*``: the policy and its knobs (lpt_packing and model_aware)."""
 
     mode: SchedulingMode = SchedulingMode.ROUND_ROBIN
+    """The routing policy, fixed at start-up: ``round_robin`` (rotate over a model's
+    workers), ``lpt_packing`` (place models by compute and memory) or ``model_aware`` (the
+    worker expected to finish first, counting cold loads)."""
     work_basis: WorkBasis = WorkBasis.COMPUTE
+    """``lpt_packing``: what a request adds to its worker's in-flight load, which
+    ``fill_least`` compares: ``compute`` (items times cost per item), ``items``, or
+    ``requests`` (the model's cost per request, whatever its size). Case-insensitive."""
     rebalance_compute_seconds: float = setting(300.0, check=between(0, lo_open=True))
+    """``lpt_packing``: fleet compute seconds (device time summed over the workers) between
+    two automatic repacks (> 0)."""
     first_rebalance_compute_seconds: float = setting(60.0, check=between(0))
+    """``lpt_packing``: fleet compute seconds before the first repack after start-up, so
+    placement adapts sooner; 0 uses ``rebalance_compute_seconds``."""
     ema_halflife_compute_seconds: float = setting(0.0, check=between(0))
+    """Half-life of each model's learned cost and arrival rate, in fleet compute seconds, so
+    an idle fleet forgets nothing; 0 uses ``rebalance_compute_seconds``."""
     hysteresis: float = setting(0.0, check=between(0, 1, hi_open=True))
+    """``lpt_packing``: a one-replica model stays on its previous worker while that worker
+    scores within ``1 + hysteresis`` times the best one, in [0, 1); 0: always the best."""
     default_replicas: int | Literal["all"] = setting(1, check=_replicas_check, parse=parse_replicas)
+    """``lpt_packing``: how many workers each model is placed on, an integer >= 1 or ``all``
+    (at most the number of workers)."""
     routing_policy: RoutingPolicy = RoutingPolicy.FILL_LEAST
+    """``lpt_packing``: how ties between a model's replicas are broken: ``fill_least`` (the
+    worker with the least in-flight work, then rotation) or ``fill_rr`` (rotation only)."""
     routing_fill_mode: FillMode = FillMode.RUN
+    """``lpt_packing``: how a model's requests fill its replicas: ``run`` (a quantum of items
+    to one replica, then the next), ``spread`` (fewest items in flight) or ``inflight``
+    (legacy; can leave low concurrency on one replica)."""
     routing_fill_factor: float = setting(1.0, check=_positive_finite)
+    """``lpt_packing``: the fill quantum as a multiple of the model's largest batch (> 0): a
+    replica takes ``round(factor * max batch)`` items, at least 1, before the next one."""
     forbid_memory_oversubscription: bool = setting(True)
+    """``lpt_packing``: place a model only on workers whose weight budget still holds it,
+    when any does; off, memory only weighs in the score."""
     compaction_mode: CompactionMode = attrs.field(
         default=CompactionMode.EAGER, metadata={PRE_KEY: _off_from_false}
     )
+    """``lpt_packing``: what a repack asks of the workers whose models changed: ``off``
+    (nothing), ``eager`` (compact their device memory) or ``scheduled`` (compact it and load
+    the models now placed there)."""
     compaction_interval: int = setting(1, check=between(0))
-    #: Per-model overrides by model name (read-only; not hashed).
+    """``lpt_packing``: compact once this many repacks have passed since the last compaction,
+    at the first of them that changed some worker (>= 0); 0: never."""
+    # Read-only; not hashed.
     models: Mapping[str, ModelPlacementConfig] = setting(factory=dict, converter=_frozen_map)
+    """Per-model overrides of the ``lpt_packing`` placement, by model name (the keys below);
+    they have no environment variables."""
     model_aware: ModelAwareConfig = ModelAwareConfig()
 
     @property
@@ -305,8 +383,15 @@ class GatewayConfig:
         converter=_unique_in_order,
         required_hint="list the workers' host:port (or set REACTANT_GATEWAY_WORKERS)",
     )
+    """The workers' gRPC addresses, ``host:port``; required and non-empty. Duplicates are
+    dropped, order is kept. The list is fixed for the gateway's life."""
     metrics_endpoints: tuple[str, ...] = setting((), each=_WORKER_ADDRESS, converter=_strings)
+    """The workers' HTTP addresses, ``host:port``, in ``endpoints`` order: their metrics are
+    merged into the gateway's ``/metrics`` and their status into its status page. Empty:
+    neither."""
     worker_names: tuple[str, ...] = setting((), check=unique, each=non_empty, converter=_strings)
+    """Unique labels of the workers in logs, metrics and status, one per endpoint in the same
+    order; empty: the endpoints themselves."""
     worker_client: WorkerClientConfig = WorkerClientConfig()
     grpc: GatewayGrpcConfig = GatewayGrpcConfig()
     tls: TlsConfig = attrs.field(factory=TlsConfig)
@@ -315,7 +400,12 @@ class GatewayConfig:
     startup_wait_seconds: float = setting(
         0.0, check=_wait_check, parse=parse_wait_seconds, converter=_wait_converter
     )
+    """How long ``lpt_packing`` and ``model_aware`` wait at start-up for the workers' status,
+    in seconds: 0 polls once, ``inf``, ``forever`` or ``-1`` waits without bound. Unused by
+    ``round_robin``."""
     control_service: bool = setting(True)
+    """Serve ``GatewayControl`` (live policy, placement, ``Repack``) and the ``CompactMemory``
+    fan-out; off, their calls answer ``UNIMPLEMENTED``."""
     scheduling: SchedulingConfig = SchedulingConfig()
 
     def __attrs_post_init__(self) -> None:

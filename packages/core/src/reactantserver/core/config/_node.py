@@ -110,7 +110,13 @@ class ListenConfig:
     """``listen.*``: the public gRPC and HTTP addresses of the node."""
 
     grpc: str = setting("0.0.0.0:8001", check=check_address)
+    """Public gRPC address of the node, ``host:port`` (IPv6 hosts in brackets), served by the
+    embedded gateway or, on a node with one worker, by that worker. Unused with role
+    ``workers``."""
     metrics: str = setting("0.0.0.0:8002", check=check_address)
+    """Public HTTP address of the node (metrics, health, status page), ``host:port``; the
+    ``healthcheck`` command reads ``/readyz`` there. A sole worker binds the host of ``grpc``
+    for both ports."""
 
 
 @attrs.frozen
@@ -118,12 +124,25 @@ class SupervisorConfig:
     """``supervisor.*``: restart policy, grace periods and liveness probing."""
 
     max_restarts: int = setting(0, check=between(0))
+    """How many times in a row one child may crash and be restarted; one more crash shuts the
+    whole node down with exit code 1. 0: restart forever."""
     stable_uptime_seconds: float = setting(60.0, check=between(0, lo_open=True))
+    """A child that ran at least this many seconds before it exited has its count of
+    consecutive crashes reset (> 0)."""
     max_backoff_seconds: float = setting(30.0, check=between(0, lo_open=True))
+    """Cap on the wait before a restart, in seconds (> 0); the wait doubles from 1 s with
+    each consecutive crash."""
     worker_grace_seconds: float = setting(15.0, check=between(0))
+    """Seconds a worker has to exit after SIGTERM (to drain its queues) before it is sent
+    SIGKILL."""
     gateway_grace_seconds: float = setting(10.0, check=between(0))
+    """Seconds the gateway has to exit after SIGTERM before it is sent SIGKILL."""
     liveness_interval_seconds: float = setting(10.0, check=between(0))
+    """Seconds between probes of each child's ``/healthz`` on its HTTP port; 0 turns the
+    probes off. Probing counts only after the child has answered once."""
     liveness_failures: int = setting(3, check=between(1))
+    """Failed liveness probes in a row after which a child is stopped and restarted, as if it
+    had crashed (>= 1)."""
 
 
 def _hand_parsed(*, factory: Any) -> Any:
@@ -135,10 +154,18 @@ class WorkerEntry:
     """One ``workers:`` entry: its name, device index, ports, and worker keys as written."""
 
     name: str = required_setting(check_worker_name)
+    """The worker's name, unique in the file and made of ``[A-Za-z0-9_-]``: its log prefix,
+    its label in metrics, and what ``models`` and ``--worker`` refer to. Required."""
     gpu: int | None = setting(None, check=between(0))
+    """Index into the node's detected devices of the one this worker sees. Unset: the
+    entry's position in ``workers``. Workers share a device only when each names it here."""
     port: int | None = setting(None, check=between(1, MAX_PORT))
+    """This worker's gRPC port; unset: ``base_port`` plus the entry's position."""
     metrics_port: int | None = setting(None, check=between(0, MAX_PORT))
+    """This worker's HTTP port (0: off); unset: ``metrics_base_port`` plus the entry's
+    position."""
     settings: Mapping[str, Any] = _hand_parsed(factory=dict)
+    """The entry's other keys: worker keys for this worker only, merged over ``global``."""
 
 
 @attrs.frozen
@@ -150,19 +177,48 @@ class NodeConfig:
     """
 
     model_repo: str = required_setting(non_empty)
+    """The model repository every worker serves (each worker's ``model_dirs``): one bundle
+    directory per model. Required."""
     base_port: int = setting(8080, check=between(1, MAX_PORT))
+    """gRPC port of the first worker; worker i (in ``workers`` order) gets ``base_port + i``
+    unless its entry sets ``port``."""
     metrics_base_port: int | None = setting(9100, check=between(1, MAX_PORT))
+    """HTTP port of the first worker; worker i gets ``metrics_base_port + i`` unless its
+    entry sets ``metrics_port``. ``null``: workers have no HTTP port (a sole worker still
+    serves ``listen.metrics``)."""
     global_settings: Mapping[str, Any] = _hand_parsed(factory=dict)
+    """The ``global:`` block: worker keys applied to every worker; a worker entry's own keys
+    win. Ports, ``model_dirs`` and ``runtime.device_ordinal`` are set by the node and ignored
+    here."""
     workers: tuple[WorkerEntry, ...] | None = attrs.field(
         default=None, metadata={HAND_PARSED_KEY: True}
     )
+    """The workers, each a ``name`` plus optional ``gpu``, ``port``, ``metrics_port`` and
+    worker keys. Omitted: one worker per detected device (``worker0``, ``worker1``, ...), or
+    ``cpu_workers`` on a CPU node."""
     models: Mapping[str, tuple[str, ...]] = _hand_parsed(factory=dict)
+    """Model name to the workers that keep it on the device: there its residency becomes
+    ``device`` unless set otherwise. It does not restrict where a model is loaded."""
     shared_host_weights: bool | None = setting(None)
+    """Default of every worker's ``runtime.shared_host_weights`` where neither ``global``
+    nor the entry sets it; unset leaves the workers' own default."""
     gpus: GpuSpec = attrs.field(default=AUTO_GPUS, metadata={HAND_PARSED_KEY: True})
+    """Devices the node uses: ``auto`` (``CUDA_VISIBLE_DEVICES``, else every device NVML
+    finds; a CPU node runs ``cpu_workers``), a count N (devices 0 to N-1; on a CPU node, N CPU
+    workers), or a list of ordinals or UUIDs. ``REACTANT_GPUS`` and ``--gpus`` override it."""
     cpu_workers: int = setting(1, check=between(1))
+    """Number of workers synthesized on a CPU node when ``gpus`` is ``auto``, or on a CUDA
+    node that finds no device and falls back to the CPU (>= 1). Unused with a ``workers``
+    list."""
     role: Role = Role.ALL
+    """What this supervisor runs: ``all`` (the workers, plus the gateway when there are two
+    or more), ``workers`` (only the workers, on their own ports) or ``gateway`` (only the
+    gateway). ``REACTANT_ROLE`` and ``--role`` override it."""
     listen: ListenConfig = ListenConfig()
     gateway: Mapping[str, Any] = _hand_parsed(factory=dict)
+    """Settings of the embedded gateway, as in a gateway file, without ``listen``,
+    ``endpoints``, ``metrics_endpoints`` and ``worker_names``, which the supervisor fills
+    in."""
     supervisor: SupervisorConfig = SupervisorConfig()
     #: The file it was read from (for messages); not part of equality.
     source: Path | None = attrs.field(default=None, eq=False, metadata={HAND_PARSED_KEY: True})

@@ -113,27 +113,67 @@ class RuntimeConfig:
     """``runtime.*``: backend, device arena, numerics, weight cache, compile caches."""
 
     backend: Backend = Backend.CPU
+    """Device platform the worker runs models on: ``cpu`` or ``cuda`` (``gpu`` is accepted as
+    an alias of ``cuda``)."""
     device_ordinal: int = setting(0, check=between(0))
+    """Index of the device this worker uses among those it can see. Under a node supervisor it
+    is always 0, since each worker is shown exactly one device."""
     mem_fraction: float = setting(0.9, check=between(0, 1, lo_open=True))
+    """Share of the GPU's memory the device allocator claims as its arena, in (0, 1]; the
+    weight budget is solved from that arena. Workers of a node that share one GPU split the
+    default evenly, and their fractions may not add up to more than 1. Unused on the CPU."""
     preallocate: bool = setting(True)
+    """Claim the whole ``mem_fraction`` arena when the worker starts instead of growing it on
+    demand (GPU only)."""
     allow_cpu_fallback: bool = setting(True)
+    """When the CUDA backend cannot start (no device, no driver), run on the CPU with a
+    warning instead of failing start-up."""
     numerics: Numerics = Numerics.AUTO
+    """Float32 matmul precision: ``auto`` leaves the backend's default, ``f32`` forces full
+    float32 (TF32 off), ``tf32`` allows TF32 and needs backend ``cuda``. Part of the key of
+    cached executables."""
     weight_cache_fraction: float = setting(1.0, check=between(0, 1))
+    """The largest share of the device arena that model weights may use, in [0, 1]; 0 turns
+    the on-demand weight cache off (unless ``weight_cache_max_bytes`` is set)."""
     weight_cache_wiggle_fraction: float = setting(0.1, check=between(0, 1, hi_open=True))
+    """Share of the device arena always left free as slack when the weight budget is solved,
+    in [0, 1)."""
     weight_cache_max_bytes: int = setting(0, check=between(0))
+    """A fixed weight budget in bytes that replaces the fraction-based one and turns the
+    on-demand cache on even on the CPU backend; 0 solves the budget from the arena."""
     autotune: bool = setting(True)
+    """Let XLA autotune GPU kernels while compiling; off compiles faster with possibly slower
+    kernels (autotune level 0). No effect on the CPU backend."""
     autotune_cache: bool = setting(True)
+    """Keep XLA's per-fusion autotune results on disk in ``autotune_cache_dir``, so later
+    compiles skip the measurements (GPU only)."""
     autotune_cache_dir: str = setting("")
+    """Folder of the autotune cache; empty means ``<cache_dir>/xla-autotune``. A leading
+    ``~/`` is expanded."""
     executable_cache: bool = setting(True)
+    """Store compiled executables under ``<cache_dir>/executables`` and reuse them on later
+    starts, skipping recompilation. The folder must belong to the worker's user and not be
+    group- or world-writable, else the cache is turned off with a warning."""
     executable_cache_max_bytes: int = setting(10 * GIB, check=between(0, lo_open=True))
+    """Size cap of the executable cache on disk, in bytes (> 0); the least recently used
+    entries are deleted when it is exceeded."""
     warmup: bool = setting(True)
+    """Run every compiled batch size once on zeros when a model loads, before it turns
+    ready, so its first requests do not pay for the first run. Off skips it; the start-up probe
+    that measures execution memory still runs the models it covers."""
     shared_host_weights: bool = setting(False)
+    """Share one host copy of each model's weights between the workers of a node, in
+    ``/dev/shm``, instead of one private copy per worker. Needs a ``/dev/shm`` common to the
+    workers and large enough for the weights."""
     shared_host_weights_mode: str = setting(
         "660", check=check_octal_mode, structure=_structure_octal_mode
     )
+    """Permission bits of the shared weight regions and their lock files, as a quoted octal
+    string (at most ``"777"``), applied whatever the umask. A world-writable mode such as
+    ``"666"`` is accepted with a warning."""
     page_locked_weights: bool = setting(True)
-    """Keep private host floors in page-locked memory where the backend has it (GPU), so an
-    on-demand load is one DMA; shared floors stay pageable."""
+    """Keep private host copies of weights in page-locked memory where the backend has it
+    (GPU), so an on-demand load is one DMA; shared copies stay pageable."""
     cpu_arena_bytes: int = setting(0, check=between(0))
     """CPU backend only, for benchmarks and tests (0: off): weights loaded onto the "device"
     are real copies into an arena of this many bytes instead of aliases of host memory, so a
@@ -155,9 +195,19 @@ class ModelSchedulingConfig:
     queue delay (unset: the global ``scheduler.max_queue_delay_microseconds``)."""
 
     weight: float = setting(1.0, check=between(0, lo_open=True))
+    """The model's fair-share weight (> 0): under the ``fair`` discipline its share of device
+    time is this weight over the sum of the loaded models' weights. Changed at run time with
+    ``WorkerControl.SetModelPolicy``."""
     residency: Residency | None = None
+    """Where the model's weights are kept between executions: ``unpinned`` (read from the
+    bundle on each load), ``system`` (a host copy kept) or ``device`` (on the device, never
+    evicted). Unset: ``system`` when the on-demand weight cache is on, else ``unpinned``."""
     max_batch_size: int | None = setting(None, check=between(1))
+    """The most rows one execution of this model may take when requests are coalesced (>= 1);
+    unset, or larger than the largest compiled batch size: that size."""
     max_queue_delay_microseconds: int | None = setting(None, check=between(0, 1_000_000))
+    """This model's fixed wait for more rows, in microseconds (0 to 1,000,000; 0 never
+    waits); unset: the global ``scheduler.max_queue_delay_microseconds``."""
 
 
 def _models(value: Mapping[str, ModelSchedulingConfig]) -> Mapping[str, ModelSchedulingConfig]:
@@ -169,26 +219,50 @@ class SchedulerConfig:
     """``scheduler.*``: discipline, cost model and queue bounds."""
 
     discipline: SchedulingDiscipline = SchedulingDiscipline.FAIR
+    """How the dispatch thread picks the next model to run: ``fair`` (by configured share
+    against recent use), ``fifo`` (oldest queued request) or ``edf`` (earliest deadline). A
+    gateway in ``lpt_packing`` mode needs ``fifo`` or ``edf``."""
     ema_halflife_seconds: float = setting(30.0, check=between(0, lo_open=True))
+    """Half-life in seconds of the decaying average of each model's recent device time, which
+    ``fair`` compares with its configured share (> 0)."""
     recency_penalty_cap: float = setting(0.25, check=between(0, 1, lo_open=True))
+    """Under ``fair``, the most a model's recent share may count above or below its configured
+    share, in (0, 1]; it bounds how far one model can be favoured or held back."""
     coalescing_discount: float = setting(0.1, check=between(0, 1, hi_open=True))
+    """Under ``fair``, the fraction taken off a batch's learned cost when it merges two or more
+    requests, in [0, 1); it favours models whose queued requests batch well."""
     cost_ema_alpha: float = setting(0.2, check=between(0, 1, lo_open=True))
+    """Weight of each new measurement in the learned execution cost of a (model, batch size),
+    in (0, 1]; 1 keeps only the latest measurement."""
     max_queue_depth: int = setting(1024, check=between(0, lo_open=True))
+    """The most requests one model may have queued (> 0); a request beyond it is refused at
+    once with ``RESOURCE_EXHAUSTED``."""
     compaction_interval: int = setting(0, check=between(0))
+    """Compact device memory after this many on-demand weight loads: free every on-demand
+    weight so the allocator can merge free blocks, then reload what is needed. 0: only when
+    ``WorkerControl.CompactMemory`` asks."""
     default_priority: int = setting(1, check=between(1))
+    """Priority level of a request that sends none (or 0) in its ``priority`` parameter
+    (>= 1; lower is more urgent, so the default 1 is the most urgent level)."""
     pad_up_when_cheaper: bool = setting(True)
+    """When coalescing, move to a larger compiled batch size that takes more queued requests
+    if its learned cost serves more rows per second; applies once every candidate size has
+    been measured."""
     max_queue_delay_microseconds: int | None = setting(None, check=between(0, 1_000_000))
-    """How long a coalescable model's oldest request may wait for more rows while the device
-    is idle; 0 never waits. Unset: an adaptive wait, only while requests keep
-    arriving and at most 2 ms (the worker's scheduler decides from arrival gaps and costs)."""
+    """How long, in microseconds (0 to 1,000,000), a coalescing model's oldest request may wait
+    for more rows while the device is idle; 0 never waits. Unset: an adaptive wait, only while
+    requests keep arriving, for at most 2 ms or a quarter of the batch's learned cost,
+    whichever is longer."""
     prefetch_weights: bool = setting(True)
-    """Load the next queued model's weights while another model executes, where the backend
-    copies asynchronously (GPU) and the budget has room without evicting queued models
-   ."""
+    """Load the weights of the model expected next while another model executes, where the
+    backend copies asynchronously (GPU) and idle models alone can make room; never in
+    ``explicit`` mode."""
     # Read-only by type; excluded from the hash because a dict is not hashable.
     models: Mapping[str, ModelSchedulingConfig] = attrs.field(
         factory=dict, converter=_models, hash=False
     )
+    """Per-model settings by model name (the keys below); a model without an entry gets the
+    defaults. Has no environment variables."""
 
     def for_model(self, name: str) -> ModelSchedulingConfig:
         """The scheduling settings of ``name`` (the defaults when it has no entry)."""
@@ -209,9 +283,18 @@ class MetaConfig:
     """``meta.*``: meta-model concurrency and the scratch pool."""
 
     concurrency: int = setting(2, check=between(1))
+    """The most meta models that call sub-models running at once (>= 1); more wait on the
+    event loop in arrival order, bounded by their deadlines. Metas without calls are not
+    counted."""
     scratch_bytes: int = setting(1 * GIB)
+    """Size in bytes of the pool that hands reusable host buffers to meta models
+    (``call.scratch``); 0 or less: no pool. Pages are committed only when written."""
     scratch_slots: int = setting(16, check=between(1))
+    """Number of equal slots the scratch pool is cut into (>= 1); one buffer request takes
+    one or more adjacent slots."""
     expose_sub_models: bool = setting(False)
+    """List and serve the sub-models of meta models to clients like any other model; off
+    they are hidden behind their meta."""
 
 
 @attrs.frozen
@@ -219,8 +302,13 @@ class TlsConfig:
     """``endpoints.tls.*``: cert + key enable TLS on gRPC; a client CA makes it mutual."""
 
     cert_file: str = setting("")
+    """Path of the PEM certificate (chain) the gRPC port presents; with ``key_file`` it turns
+    TLS on. Empty: plain gRPC. The HTTP port stays plain HTTP either way."""
     key_file: str = setting("")
+    """Path of the PEM private key of ``cert_file``; set both or neither."""
     client_ca_file: str = setting("")
+    """Path of a PEM CA bundle: clients must then present a certificate this CA signed
+    (mutual TLS). Needs ``cert_file`` and ``key_file``; empty asks for no client certificate."""
 
     @property
     def enabled(self) -> bool:
@@ -238,16 +326,31 @@ class EndpointsConfig:
     """``endpoints.*``: listen addresses, the in-flight cap and optional services."""
 
     host: str = setting("127.0.0.1", check=non_empty)
+    """Address the gRPC and HTTP ports bind to. Under a node, workers behind the embedded
+    gateway bind 127.0.0.1 and a sole worker takes the host of ``listen.grpc``."""
     port: int = setting(8080, check=between(1, MAX_PORT))
+    """The gRPC port (1 to 65535). In a node file it is set from ``base_port`` or the worker
+    entry's ``port``; a standalone worker (``--model-repo``) uses 8001."""
     metrics_port: int = setting(0, check=between(0, MAX_PORT))
+    """The HTTP port (metrics, health, status page, KServe REST), different from ``port``; 0
+    turns it off. In a node file it is set from ``metrics_base_port`` or the entry's
+    ``metrics_port``; a standalone worker uses 8002."""
     max_concurrent_requests: int = setting(64, check=between(0))
+    """The most inference calls (and stream messages) in flight at once on this worker; one
+    more is refused with ``RESOURCE_EXHAUSTED`` before it is read. 0: no cap. Health, metadata
+    and control calls do not count."""
     control_service: bool = setting(True)
+    """Serve ``WorkerControl`` (residency, live policy, ``CompactMemory``) on the gRPC port;
+    off, its calls answer ``UNIMPLEMENTED``. The gateway's ``lpt_packing`` and ``model_aware``
+    modes need it."""
     reflection: bool = setting(True)
+    """Serve gRPC server reflection, so tools such as ``grpcurl`` can list the services."""
     lane: bool = setting(True)
-    """Serve the forwarding lane (a Unix socket for a gateway on this host; off with TLS)."""
+    """Serve the forwarding lane, a private Unix socket through which a gateway on the same
+    host forwards inference calls. Never opened when TLS is configured."""
     front_threads: int = setting(1, check=between(1, 64))
-    """Threads of the native front's HTTP/2 runtime (HTTP/2, TLS; the gRPC handlers run on
-    the event loop whatever this is)."""
+    """Threads of the native front's HTTP/2 runtime, which does framing and TLS (1 to 64);
+    the gRPC handlers run on the event loop whatever this is."""
     tls: TlsConfig = TlsConfig()
 
 
@@ -258,16 +361,27 @@ class GrpcConfig:
     max_recv_msg_bytes: int = setting(
         536870912, check=between(0, MAX_GRPC_MESSAGE_BYTES, lo_open=True)
     )
+    """Largest gRPC message the server accepts, in bytes (> 0); a larger one is refused with
+    ``RESOURCE_EXHAUSTED`` before it is parsed. Also caps HTTP request bodies."""
     max_send_msg_bytes: int = setting(
         536870912, check=between(0, MAX_GRPC_MESSAGE_BYTES, lo_open=True)
     )
+    """Largest gRPC message the server sends, in bytes (> 0)."""
     # The native front answers clients' keepalive pings and keeps idle connections open; it
     # sends no pings of its own and closes no connection for its age, so these four load
     # (existing configurations keep working) but are not enforced.
     keepalive_time_seconds: float = setting(60.0, check=between(0))
+    """Accepted for compatibility, not enforced: the server sends no keepalive pings of its
+    own (it answers clients' pings). Seconds, >= 0."""
     keepalive_timeout_seconds: float = setting(20.0, check=between(0, lo_open=True))
+    """Accepted for compatibility, not enforced (no server pings are sent to time out).
+    Seconds, > 0."""
     min_client_ping_interval_seconds: float = setting(10.0, check=between(0))
+    """Accepted for compatibility, not enforced: the server applies no minimum interval to
+    clients' pings. Seconds, >= 0."""
     max_connection_age_seconds: float = setting(0.0, check=between(0))
+    """Accepted for compatibility, not enforced: no connection is closed for its age.
+    Seconds, >= 0."""
 
 
 @attrs.frozen
@@ -275,7 +389,11 @@ class LoggingConfig:
     """``logging.*``: level and line format."""
 
     level: LogLevel = LogLevel.INFO
+    """Lowest level of the log records written to stderr: ``debug``, ``info``, ``warning``
+    or ``error``. Triton's ``LogSettings`` can change it while the process runs."""
     format: LogFormat = LogFormat.TEXT
+    """``text`` (time, level, logger, message) or ``json`` (one object per line, for log
+    collectors). Triton's ``LogSettings`` can change it while the process runs."""
 
 
 @attrs.frozen
@@ -300,15 +418,30 @@ class WorkerConfig:
 
     Built by :func:`reactantserver.core.config.load_worker_config` (or
     ``worker_config_from_mapping``), which also resolves ``cache_dir`` and
-    ``runtime.autotune_cache_dir`` to concrete paths (02: ``""`` means the default location).
+    ``runtime.autotune_cache_dir`` to concrete paths (``""`` means the default location).
     """
 
     cache_dir: str = setting("")
+    """Root of the persistent caches (compiled executables, autotune results). Empty:
+    ``$REACTANT_CACHE_DIR``, else ``$XDG_CACHE_HOME/reactantserver``, else
+    ``~/.cache/reactantserver``. Keep it writable only by the server's user."""
     model_dirs: tuple[str, ...] = attrs.field(default=(), converter=_paths)
+    """Model repository folders, each holding one bundle directory per model; each must
+    exist at start-up. In a node file it is set from ``model_repo``. The variable takes a
+    colon-separated list."""
     models_include: tuple[str, ...] = attrs.field(default=(), converter=_paths)
+    """Names of the only models to serve from ``model_dirs``; empty serves them all. A name
+    no folder holds is logged as a warning."""
     model_control_mode: ModelControlMode = ModelControlMode.DYNAMIC
+    """Who changes the model set: ``dynamic`` (the worker follows changes in ``model_dirs``),
+    ``static`` (read once at start-up) or ``explicit`` (load and unload calls; the control
+    plane also decides which models are on the device)."""
     model_poll_seconds: float = setting(15.0, check=between(0))
+    """In ``dynamic`` mode, seconds between scans of ``model_dirs``; a change is acted on once
+    two scans in a row agree. Must be > 0 in ``dynamic`` mode; unused in the others."""
     shutdown_grace_seconds: float = setting(10.0, check=between(0))
+    """On SIGTERM, how long the worker keeps running queued requests, in seconds, before it
+    fails what is left with ``UNAVAILABLE``; new requests are refused meanwhile."""
     runtime: RuntimeConfig = RuntimeConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
     meta: MetaConfig = MetaConfig()

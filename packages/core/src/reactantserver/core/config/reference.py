@@ -151,9 +151,9 @@ def key_rows(
 ) -> list[KeyRow]:
     """Every key of the configuration class ``cls``, nested sections flattened to dotted keys.
 
-    ``variable`` names a key's environment variable ("" for none); ``skip`` lists top-level
-    fields that are not file keys; ``rename`` maps a field to its file key where they differ.
-    Fields the loader sets from the environment are left out.
+    ``variable`` names a key's environment variables (", "-separated; "" for none);
+    ``skip`` lists top-level fields that are not file keys; ``rename`` maps a field to its file
+    key where they differ. Fields the loader sets from the environment are left out.
     """
     hints = typing.get_type_hints(cls)
     docs = _field_docs(cls)
@@ -201,7 +201,7 @@ def markdown_table(rows: Sequence[KeyRow]) -> str:
         "|---|---|---|---|---|",
     ]
     for row in rows:
-        variable = f"`{row.variable}`" if row.variable else ""
+        variable = ", ".join(f"`{name}`" for name in row.variable.split(", ") if name)
         lines.append(
             f"| `{row.key}` | `{row.type.replace('|', chr(92) + '|')}` | {row.default} "
             f"| {variable} | {row.description} |"
