@@ -351,3 +351,19 @@ def test_warnings(caplog: pytest.LogCaptureFixture) -> None:
         _load({"scheduling": {"model_aware": {"network_seconds": {"elsewhere:1": 0.1}}}})
     (record,) = caplog.records
     assert "'elsewhere:1'" in record.getMessage()
+
+
+def test_the_grpc_settings_shared_with_the_worker_take_its_defaults() -> None:
+    from reactantserver.core.config import GrpcConfig
+    from reactantserver.gateway.config import GatewayGrpcConfig
+
+    worker, gateway = GrpcConfig(), GatewayGrpcConfig()
+    for name in (
+        "max_recv_msg_bytes",
+        "max_send_msg_bytes",
+        "keepalive_time_seconds",
+        "keepalive_timeout_seconds",
+        "min_client_ping_interval_seconds",
+        "max_connection_age_seconds",
+    ):
+        assert getattr(gateway, name) == getattr(worker, name), name

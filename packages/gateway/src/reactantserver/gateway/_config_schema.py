@@ -13,7 +13,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from reactantserver.core.config import LoggingConfig, TlsConfig
+from reactantserver.core.config import GrpcConfig, LoggingConfig, TlsConfig
 from reactantserver.core.errors import ConfigError
 from reactantserver.gateway._config_rules import (
     ALL_REPLICAS,
@@ -216,17 +216,22 @@ class WorkerClientConfig:
     tls: WorkerTlsConfig = WorkerTlsConfig()
 
 
+#: The gRPC settings the gateway shares with the worker take the worker's defaults, defined
+#: once in core's ``GrpcConfig``.
+_SHARED_GRPC: Final = GrpcConfig()
+
+
 @attrs.frozen
 class GatewayGrpcConfig:
     """``grpc.*``: message limits, the inbound cap and keepalive (as the worker's)."""
 
     max_recv_msg_bytes: int = setting(
-        536870912, check=between(0, MAX_GRPC_MESSAGE_BYTES, lo_open=True)
+        _SHARED_GRPC.max_recv_msg_bytes, check=between(0, MAX_GRPC_MESSAGE_BYTES, lo_open=True)
     )
     """Largest gRPC message accepted from clients and from workers, in bytes (> 0); also caps
     HTTP request bodies. A worker's own smaller cap still applies behind it."""
     max_send_msg_bytes: int = setting(
-        536870912, check=between(0, MAX_GRPC_MESSAGE_BYTES, lo_open=True)
+        _SHARED_GRPC.max_send_msg_bytes, check=between(0, MAX_GRPC_MESSAGE_BYTES, lo_open=True)
     )
     """Largest gRPC message sent to clients and to workers, in bytes (> 0)."""
     max_concurrent_requests_per_worker: int = setting(64, check=between(0))
@@ -235,16 +240,22 @@ class GatewayGrpcConfig:
     ``RESOURCE_EXHAUSTED``. 0: no cap."""
     # As the worker's: the native front answers clients' pings and keeps idle connections
     # open; these four load but are not enforced.
-    keepalive_time_seconds: float = setting(60.0, check=between(0))
+    keepalive_time_seconds: float = setting(_SHARED_GRPC.keepalive_time_seconds, check=between(0))
     """Accepted for compatibility, not enforced: the gateway sends no keepalive pings to its
     clients (it answers theirs). Seconds, >= 0."""
-    keepalive_timeout_seconds: float = setting(20.0, check=between(0, lo_open=True))
+    keepalive_timeout_seconds: float = setting(
+        _SHARED_GRPC.keepalive_timeout_seconds, check=between(0, lo_open=True)
+    )
     """Accepted for compatibility, not enforced (no pings are sent to time out). Seconds,
     > 0."""
-    min_client_ping_interval_seconds: float = setting(10.0, check=between(0))
+    min_client_ping_interval_seconds: float = setting(
+        _SHARED_GRPC.min_client_ping_interval_seconds, check=between(0)
+    )
     """Accepted for compatibility, not enforced: no minimum interval applies to clients'
     pings. Seconds, >= 0."""
-    max_connection_age_seconds: float = setting(0.0, check=between(0))
+    max_connection_age_seconds: float = setting(
+        _SHARED_GRPC.max_connection_age_seconds, check=between(0)
+    )
     """Accepted for compatibility, not enforced: no client connection is closed for its age.
     Seconds, >= 0."""
 
