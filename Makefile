@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 MODELS ?= build/models
 PACKAGES := core client gateway worker node export
 
-.PHONY: serve test install lint proto clean
+.PHONY: serve test install lint proto reference clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,11 @@ lint: $(BIN)/python
 proto: $(BIN)/python
 	$(BIN)/pip install --quiet 'nox>=2024.10.9'
 	$(BIN)/nox -s proto
+
+# docs/reference/configuration.md from the configuration schemas (tests/test_config_reference.py
+# fails when the committed file is stale).
+reference: install
+	$(BIN)/python tools/config_reference.py
 
 clean:
 	rm -rf $(VENV) .nox build dist

@@ -22,6 +22,7 @@ from typing import Any, Final
 import attrs
 
 from reactantserver.core.config._env import (
+    ALIAS_VARIABLES,
     CACHE_DIR_VARIABLE,
     DEFAULT_NODE_FILE,
     ENV_OVERRIDES,
@@ -112,6 +113,7 @@ __all__ = [
     "TlsConfig",
     "WorkerConfig",
     "WorkerEntry",
+    "env_alias_variables",
     "env_override_variables",
     "load_node_config",
     "load_worker_config",
@@ -134,6 +136,14 @@ STANDALONE_METRICS_PORT: Final = 8002
 def env_override_variables() -> dict[str, str]:
     """Every ``INFERENCE_SERVER_*`` override variable and the dotted key it sets."""
     return {variable: ".".join(path) for variable, (path, _type) in ENV_OVERRIDES.items()}
+
+
+def env_alias_variables() -> dict[str, str]:
+    """The older names kept for some worker keys (``REACTANT_META_CONCURRENCY``) and their keys.
+
+    Applied before the ``INFERENCE_SERVER_*`` variables, which win when both are set.
+    """
+    return {variable: ".".join(path) for variable, path in ALIAS_VARIABLES.items()}
 
 
 def worker_config_from_mapping(

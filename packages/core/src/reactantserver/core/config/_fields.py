@@ -24,6 +24,7 @@ from reactantserver.core.errors import ConfigError
 __all__ = [
     "CHECK_KEY",
     "ENV_ONLY_KEY",
+    "FILE_KEY",
     "GIB",
     "HAND_PARSED_KEY",
     "HOOK_THREADS_CAP",
@@ -51,6 +52,8 @@ STRUCTURE_KEY: Final = "reactantserver.structure"
 ENV_ONLY_KEY: Final = "reactantserver.env_only"
 #: A field that cattrs leaves alone because the loader parses it by hand.
 HAND_PARSED_KEY: Final = "reactantserver.hand_parsed"
+#: How a field is spelled in the file when that is not its name; ``None``: not a file key.
+FILE_KEY: Final = "reactantserver.file_key"
 
 _T = TypeVar("_T")
 

@@ -18,6 +18,7 @@ from typing import Any, Final, Literal, TypeAlias
 import attrs
 
 from reactantserver.core.config._fields import (
+    FILE_KEY,
     HAND_PARSED_KEY,
     MAX_PORT,
     Choice,
@@ -126,8 +127,11 @@ class SupervisorConfig:
     liveness_failures: int = setting(3, check=between(1))
 
 
-def _hand_parsed(*, factory: Any) -> Any:
-    return attrs.field(factory=factory, hash=False, metadata={HAND_PARSED_KEY: True})
+def _hand_parsed(*, factory: Any, key: str | None = None) -> Any:
+    metadata: dict[str, object] = {HAND_PARSED_KEY: True}
+    if key is not None:
+        metadata[FILE_KEY] = key
+    return attrs.field(factory=factory, hash=False, metadata=metadata)
 
 
 @attrs.frozen
@@ -138,7 +142,8 @@ class WorkerEntry:
     gpu: int | None = setting(None, check=between(0))
     port: int | None = setting(None, check=between(1, MAX_PORT))
     metrics_port: int | None = setting(None, check=between(0, MAX_PORT))
-    settings: Mapping[str, Any] = _hand_parsed(factory=dict)
+    settings: Mapping[str, Any] = _hand_parsed(factory=dict, key="<worker key>")
+    """Any worker key, for this worker only (over ``global``)."""
 
 
 @attrs.frozen
@@ -152,20 +157,29 @@ class NodeConfig:
     model_repo: str = required_setting(non_empty)
     base_port: int = setting(8080, check=between(1, MAX_PORT))
     metrics_base_port: int | None = setting(9100, check=between(1, MAX_PORT))
-    global_settings: Mapping[str, Any] = _hand_parsed(factory=dict)
+    global_settings: Mapping[str, Any] = _hand_parsed(factory=dict, key="global")
+    """Worker keys applied to every worker (a worker entry's own keys win)."""
     workers: tuple[WorkerEntry, ...] | None = attrs.field(
         default=None, metadata={HAND_PARSED_KEY: True}
     )
+    """The workers, in order; omitted, the supervisor runs one per device (``worker0`` …)."""
     models: Mapping[str, tuple[str, ...]] = _hand_parsed(factory=dict)
+    """Model name → the workers that keep it device-resident (``residency: device`` there,
+    unless the worker's own ``scheduler.models`` entry sets a residency)."""
     shared_host_weights: bool | None = setting(None)
     gpus: GpuSpec = attrs.field(default=AUTO_GPUS, metadata={HAND_PARSED_KEY: True})
+    """The devices to run workers on: ``auto``, a device count, or ordinals or UUIDs."""
     cpu_workers: int = setting(1, check=between(1))
     role: Role = Role.ALL
     listen: ListenConfig = ListenConfig()
     gateway: Mapping[str, Any] = _hand_parsed(factory=dict)
+    """Gateway keys of the embedded gateway, except ``listen``, ``endpoints``,
+    ``metrics_endpoints`` and ``worker_names``, which the supervisor fills in."""
     supervisor: SupervisorConfig = SupervisorConfig()
     #: The file it was read from (for messages); not part of equality.
-    source: Path | None = attrs.field(default=None, eq=False, metadata={HAND_PARSED_KEY: True})
+    source: Path | None = attrs.field(
+        default=None, eq=False, metadata={HAND_PARSED_KEY: True, FILE_KEY: None}
+    )
 
 
 _CONVERTER: Final = make_converter([ListenConfig, SupervisorConfig, WorkerEntry, NodeConfig])
