@@ -10,6 +10,11 @@ A worker process calls :func:`load_worker_config` with its command-line values a
 The supervisor calls :func:`load_node_config`, then :func:`synthesize_workers` once it knows
 the device count. Every error is a :class:`~reactantserver.core.errors.ConfigError` whose lines
 read ``<key path>: <message>``.
+
+The engine is shared: another distribution's file (the gateway's) declares its schema with
+:func:`setting`, reads YAML with :func:`load_yaml_file`, finds its variables' keys with
+:func:`iter_leaf_fields` and :func:`parse_env_setting`, and checks and structures the lot with
+:func:`structure_file` and :func:`config_error`.
 """
 
 from __future__ import annotations
@@ -30,10 +35,13 @@ from reactantserver.core.config._env import (
     NODE_FILE_VARIABLE,
     WORKER_NAME_VARIABLE,
     WORKER_THREADS_VARIABLE,
+    parse_env_setting,
     resolve_cache_dir,
 )
-from reactantserver.core.config._fields import ENV_ONLY_KEY
-from reactantserver.core.config._keys import REMOVED_KEYS
+from reactantserver.core.config._env import PendingOverride as Override
+from reactantserver.core.config._fields import ENV_ONLY_KEY, setting
+from reactantserver.core.config._file import structure_file
+from reactantserver.core.config._keys import REMOVED_KEYS, KeyRules, iter_leaf_fields
 from reactantserver.core.config._node import (
     GpuSpec,
     ListenConfig,
@@ -69,7 +77,7 @@ from reactantserver.core.config._schema import (
     TlsConfig,
     WorkerConfig,
 )
-from reactantserver.core.config._structure import Origin, raise_problems
+from reactantserver.core.config._structure import Origin, Problem, config_error, raise_problems
 from reactantserver.core.config._worker import (
     Layer,
     finish_worker_config,
@@ -95,6 +103,7 @@ __all__ = [
     "EnvOverride",
     "GpuSpec",
     "GrpcConfig",
+    "KeyRules",
     "ListenConfig",
     "LogFormat",
     "LogLevel",
@@ -104,6 +113,9 @@ __all__ = [
     "ModelSchedulingConfig",
     "NodeConfig",
     "Numerics",
+    "Origin",
+    "Override",
+    "Problem",
     "Residency",
     "Role",
     "RuntimeConfig",
@@ -113,15 +125,21 @@ __all__ = [
     "TlsConfig",
     "WorkerConfig",
     "WorkerEntry",
+    "config_error",
     "env_alias_variables",
     "env_override_variables",
+    "iter_leaf_fields",
     "load_node_config",
     "load_worker_config",
+    "load_yaml_file",
     "node_config_from_mapping",
     "node_config_to_dict",
     "node_worker_configs",
+    "parse_env_setting",
     "resolve_cache_dir",
     "resolve_worker_config",
+    "setting",
+    "structure_file",
     "synthesize_workers",
     "worker_config_from_mapping",
     "worker_config_to_dict",

@@ -258,16 +258,22 @@ class GrpcConfig:
     max_recv_msg_bytes: int = setting(
         536870912, check=between(0, MAX_GRPC_MESSAGE_BYTES, lo_open=True)
     )
+    """The largest message the server accepts, in bytes."""
     max_send_msg_bytes: int = setting(
         536870912, check=between(0, MAX_GRPC_MESSAGE_BYTES, lo_open=True)
     )
+    """The largest message the server sends, in bytes."""
     # The native front answers clients' keepalive pings and keeps idle connections open; it
     # sends no pings of its own and closes no connection for its age, so these four load
     # (existing configurations keep working) but are not enforced.
     keepalive_time_seconds: float = setting(60.0, check=between(0))
+    """Accepted for compatibility; not enforced (the server sends no keepalive pings)."""
     keepalive_timeout_seconds: float = setting(20.0, check=between(0, lo_open=True))
+    """Accepted for compatibility; not enforced (the server sends no keepalive pings)."""
     min_client_ping_interval_seconds: float = setting(10.0, check=between(0))
+    """Accepted for compatibility; not enforced (clients' pings are always answered)."""
     max_connection_age_seconds: float = setting(0.0, check=between(0))
+    """Accepted for compatibility; not enforced (no connection is closed for its age)."""
 
 
 @attrs.frozen

@@ -106,6 +106,14 @@ def _field_docs(cls: type) -> Mapping[str, str]:
     return docs
 
 
+def _field_doc(cls: type, name: str) -> str:
+    # Inherited fields are documented where they are declared.
+    for klass in cls.__mro__:
+        if attrs.has(klass) and name in _field_docs(klass):
+            return _field_docs(klass)[name]
+    return ""
+
+
 def _summary(cls: type) -> str:
     # The docstring's first paragraph, less its "``runtime.*``:" lead (the heading says it).
     text = _markdown((inspect.getdoc(cls) or "").split("\n\n")[0])
@@ -217,7 +225,6 @@ def _tables(
 ) -> Iterator[str]:
     rows: list[str] = []
     nested: list[tuple[type, str]] = []
-    docs = _field_docs(cls)
     for key, field in _keys(cls):
         dotted = prefix + key
         entry = _entry_class(field.type)
@@ -232,7 +239,7 @@ def _tables(
         default = "—" if placeholder else _default_text(field)
         rows.append(
             f"| `{dotted}` | {type_text} | {default} | {variable} "
-            f"| {_markdown(docs.get(field.name, ''))} |"
+            f"| {_markdown(_field_doc(cls, field.name))} |"
         )
     if rows:
         title = f"`{prefix}*`" if prefix else "Top-level keys"

@@ -1,6 +1,9 @@
 """Frozen attrs classes of the gateway configuration (08 §Configuration).
 
-Each field's default is the one place that default lives; its rule sits next to it.
+Each field's default is the one place that default lives; its rule sits next to it. Fields are
+declared with core's :func:`~reactantserver.core.config.setting` and read by core's engine; the
+gRPC server settings are core's :class:`~reactantserver.core.config.GrpcConfig`, as the
+worker's.
 """
 
 from __future__ import annotations
@@ -9,27 +12,24 @@ import enum
 import math
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeAlias
 
 import attrs
 
-from reactantserver.core.config import LoggingConfig, TlsConfig
-from reactantserver.core.errors import ConfigError
-from reactantserver.gateway._config_rules import (
-    ALL_REPLICAS,
-    MAX_GRPC_MESSAGE_BYTES,
-    PRE_KEY,
+from reactantserver.core.config import GrpcConfig, LoggingConfig, TlsConfig, setting
+from reactantserver.core.config.rules import (
+    MAX_PORT,
+    Check,
     InvalidValue,
-    address,
     between,
     describe,
     non_empty,
-    parse_replicas,
-    setting,
     unique,
 )
+from reactantserver.core.errors import ConfigError
 
 __all__ = [
+    "ALL_REPLICAS",
     "CompactionMode",
     "FillMode",
     "GatewayConfig",
@@ -39,6 +39,7 @@ __all__ = [
     "ModelAwareConfig",
     "ModelFillMode",
     "ModelPlacementConfig",
+    "Replicas",
     "RoutingPolicy",
     "SchedulingConfig",
     "SchedulingMode",
@@ -48,6 +49,42 @@ __all__ = [
 ]
 
 _FOREVER_WORDS: Final = frozenset({"inf", "+inf", "infinity", "forever"})
+ALL_REPLICAS: Final = "all"
+
+Replicas: TypeAlias = int | Literal["all"]
+"""A replica count: an int >= 1 or ``"all"`` (every worker)."""
+
+
+def _port_text(lo: int) -> str:
+    return f'must be "host:port" (IPv6 as "[::1]:port") with a port in [{lo}, {MAX_PORT}]'
+
+
+def address(*, min_port: int) -> Check:
+    """Rule of ``host:port`` strings; IPv6 hosts in brackets; ports from ``min_port``."""
+    text = _port_text(min_port)
+
+    def check(value: Any) -> str | None:
+        if not isinstance(value, str) or any(c.isspace() for c in value):
+            return text
+        host, _, port = value.rpartition(":")
+        if host.startswith("["):
+            host_ok = host.endswith("]") and len(host) > 2 and "]" not in host[1:-1]
+        else:
+            host_ok = bool(host) and not any(c in host for c in ":[]")
+        if host_ok and port.isascii() and port.isdigit() and min_port <= int(port) <= MAX_PORT:
+            return None
+        return text
+
+    return check
+
+
+def parse_replicas(value: object) -> Replicas | None:
+    """A replica count from a file or env value: an int >= 1 or ``all``; ``None`` = inherit."""
+    if value is None or value == ALL_REPLICAS:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise InvalidValue(f"must be an integer >= 1 or {ALL_REPLICAS}, got {describe(value)}")
 
 
 class SchedulingMode(enum.StrEnum):
@@ -202,22 +239,13 @@ class WorkerClientConfig:
 
 
 @attrs.frozen
-class GatewayGrpcConfig:
-    """``grpc.*``: message limits, the inbound cap and keepalive (as the worker's, 02)."""
+class GatewayGrpcConfig(GrpcConfig):
+    """``grpc.*``: the worker's gRPC server settings (message limits, keepalive) and the
+    gateway's inbound cap."""
 
-    max_recv_msg_bytes: int = setting(
-        536870912, check=between(0, MAX_GRPC_MESSAGE_BYTES, lo_open=True)
-    )
-    max_send_msg_bytes: int = setting(
-        536870912, check=between(0, MAX_GRPC_MESSAGE_BYTES, lo_open=True)
-    )
     max_concurrent_requests_per_worker: int = setting(64, check=between(0))
-    # As the worker's: the native front answers clients' pings and keeps idle connections
-    # open; these four load but are not enforced.
-    keepalive_time_seconds: float = setting(60.0, check=between(0))
-    keepalive_timeout_seconds: float = setting(20.0, check=between(0, lo_open=True))
-    min_client_ping_interval_seconds: float = setting(10.0, check=between(0))
-    max_connection_age_seconds: float = setting(0.0, check=between(0))
+    """In-flight inference requests admitted per worker (the cap is this times the number of
+    workers; 0: no cap)."""
 
 
 @attrs.frozen
@@ -270,9 +298,8 @@ class SchedulingConfig:
     routing_fill_mode: FillMode = FillMode.RUN
     routing_fill_factor: float = setting(1.0, check=_positive_finite)
     forbid_memory_oversubscription: bool = setting(True)
-    compaction_mode: CompactionMode = attrs.field(
-        default=CompactionMode.EAGER, metadata={PRE_KEY: _off_from_false}
-    )
+    # An attrs field, which ruff does not recognise through core's helper.
+    compaction_mode: CompactionMode = setting(CompactionMode.EAGER, structure=_off_from_false)  # noqa: RUF009
     compaction_interval: int = setting(1, check=between(0))
     #: Per-model overrides by model name (read-only; not hashed).
     models: Mapping[str, ModelPlacementConfig] = setting(factory=dict, converter=_frozen_map)
@@ -315,6 +342,8 @@ class GatewayConfig:
     startup_wait_seconds: float = setting(
         0.0, check=_wait_check, parse=parse_wait_seconds, converter=_wait_converter
     )
+    """How long start-up waits for the workers to answer; ``inf``, ``forever`` or ``-1``: no
+    bound."""
     control_service: bool = setting(True)
     scheduling: SchedulingConfig = SchedulingConfig()
 
