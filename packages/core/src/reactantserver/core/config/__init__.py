@@ -10,6 +10,11 @@ A worker process calls :func:`load_worker_config` with its command-line values a
 The supervisor calls :func:`load_node_config`, then :func:`synthesize_workers` once it knows
 the device count. Every error is a :class:`~reactantserver.core.errors.ConfigError` whose lines
 read ``<key path>: <message>``.
+
+The engine is shared: another distribution's file (the gateway's) declares its schema with
+:func:`setting`, reads YAML with :func:`load_yaml_file`, finds its variables' keys with
+:func:`iter_leaf_fields` and :func:`parse_env_setting`, and checks and structures the lot with
+:func:`structure_file` and :func:`config_error`.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any, Final
 import attrs
 
 from reactantserver.core.config._env import (
+    ALIAS_VARIABLES,
     CACHE_DIR_VARIABLE,
     DEFAULT_NODE_FILE,
     ENV_OVERRIDES,
@@ -29,10 +35,13 @@ from reactantserver.core.config._env import (
     NODE_FILE_VARIABLE,
     WORKER_NAME_VARIABLE,
     WORKER_THREADS_VARIABLE,
+    parse_env_setting,
     resolve_cache_dir,
 )
-from reactantserver.core.config._fields import ENV_ONLY_KEY
-from reactantserver.core.config._keys import REMOVED_KEYS
+from reactantserver.core.config._env import PendingOverride as Override
+from reactantserver.core.config._fields import ENV_ONLY_KEY, setting
+from reactantserver.core.config._file import structure_file
+from reactantserver.core.config._keys import REMOVED_KEYS, KeyRules, iter_leaf_fields
 from reactantserver.core.config._node import (
     AUTO_GPUS,
     GpuSpec,
@@ -70,7 +79,7 @@ from reactantserver.core.config._schema import (
     TlsConfig,
     WorkerConfig,
 )
-from reactantserver.core.config._structure import Origin, raise_problems
+from reactantserver.core.config._structure import Origin, Problem, config_error, raise_problems
 from reactantserver.core.config._worker import (
     Layer,
     finish_worker_config,
@@ -97,6 +106,7 @@ __all__ = [
     "EnvOverride",
     "GpuSpec",
     "GrpcConfig",
+    "KeyRules",
     "ListenConfig",
     "LogFormat",
     "LogLevel",
@@ -106,6 +116,9 @@ __all__ = [
     "ModelSchedulingConfig",
     "NodeConfig",
     "Numerics",
+    "Origin",
+    "Override",
+    "Problem",
     "Residency",
     "Role",
     "RuntimeConfig",
@@ -116,14 +129,21 @@ __all__ = [
     "WorkerConfig",
     "WorkerEntry",
     "check_address",
+    "config_error",
+    "env_alias_variables",
     "env_override_variables",
+    "iter_leaf_fields",
     "load_node_config",
     "load_worker_config",
+    "load_yaml_file",
     "node_config_from_mapping",
     "node_config_to_dict",
     "node_worker_configs",
+    "parse_env_setting",
     "resolve_cache_dir",
     "resolve_worker_config",
+    "setting",
+    "structure_file",
     "synthesize_workers",
     "worker_config_from_mapping",
     "worker_config_to_dict",
@@ -138,6 +158,14 @@ STANDALONE_METRICS_PORT: Final = 8002
 def env_override_variables() -> dict[str, str]:
     """Every ``INFERENCE_SERVER_*`` override variable and the dotted key it sets."""
     return {variable: ".".join(path) for variable, (path, _type) in ENV_OVERRIDES.items()}
+
+
+def env_alias_variables() -> dict[str, str]:
+    """The older names kept for some worker keys (``REACTANT_META_CONCURRENCY``) and their keys.
+
+    Applied before the ``INFERENCE_SERVER_*`` variables, which win when both are set.
+    """
+    return {variable: ".".join(path) for variable, path in ALIAS_VARIABLES.items()}
 
 
 def worker_config_from_mapping(

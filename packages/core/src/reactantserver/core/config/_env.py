@@ -17,7 +17,7 @@ from typing import Any, Final, get_args
 
 import attrs
 
-from reactantserver.core.config._fields import InvalidValue
+from reactantserver.core.config._fields import PARSE_KEY, InvalidValue
 from reactantserver.core.config._keys import iter_leaves
 from reactantserver.core.config._structure import Origin, Problem, format_path
 
@@ -37,6 +37,7 @@ __all__ = [
     "EnvScan",
     "PendingOverride",
     "env_name",
+    "parse_env_setting",
     "parse_env_value",
     "parse_hook_threads",
     "resolve_autotune_cache_dir",
@@ -105,6 +106,20 @@ def parse_env_value(raw: str, leaf_type: Any) -> object:
     if isinstance(leaf_type, types.UnionType) and type(None) in get_args(leaf_type):
         return _parse_optional(raw, leaf_type)
     return _parse_plain(raw, leaf_type)
+
+
+def parse_env_setting(raw: str, field: attrs.Attribute[Any]) -> object:
+    """Parse a variable's text for ``field``; a field read by its own ``parse`` gets a number
+    when the text is one, else the text (``"all"``, ``"forever"``) for that parser to judge."""
+    if PARSE_KEY not in field.metadata:
+        return parse_env_value(raw, field.type)
+    text = raw.strip()
+    for number in (int, float):
+        try:
+            return number(text)
+        except ValueError:
+            pass
+    return text
 
 
 def _parse_plain(raw: str, leaf_type: Any) -> object:

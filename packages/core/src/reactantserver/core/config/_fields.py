@@ -23,12 +23,16 @@ from reactantserver.core.errors import ConfigError
 
 __all__ = [
     "CHECK_KEY",
+    "EACH_KEY",
     "ENV_ONLY_KEY",
+    "FILE_KEY",
     "GIB",
     "HAND_PARSED_KEY",
     "HOOK_THREADS_CAP",
     "MAX_GRPC_MESSAGE_BYTES",
     "MAX_PORT",
+    "PARSE_KEY",
+    "REQUIRED_HINT_KEY",
     "STRUCTURE_KEY",
     "Check",
     "Choice",
@@ -49,8 +53,13 @@ HOOK_THREADS_CAP: Final = 16
 CHECK_KEY: Final = "reactantserver.check"
 STRUCTURE_KEY: Final = "reactantserver.structure"
 ENV_ONLY_KEY: Final = "reactantserver.env_only"
+EACH_KEY: Final = "reactantserver.each"
+PARSE_KEY: Final = "reactantserver.parse"
+REQUIRED_HINT_KEY: Final = "reactantserver.required_hint"
 #: A field that cattrs leaves alone because the loader parses it by hand.
 HAND_PARSED_KEY: Final = "reactantserver.hand_parsed"
+#: How a field is spelled in the file when that is not its name; ``None``: not a file key.
+FILE_KEY: Final = "reactantserver.file_key"
 
 _T = TypeVar("_T")
 
@@ -67,34 +76,69 @@ def check_octal_mode(value: Any) -> str | None:
     return None
 
 
-def _validator(check: Check) -> Callable[[Any, "attrs.Attribute[Any]", Any], None]:
+def _validator(
+    check: Check | None, each: Check | None
+) -> Callable[[Any, "attrs.Attribute[Any]", Any], None]:
     def validate(_instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
-        problem = check(value)
+        lines = []
+        if each is not None:
+            items = value.items() if isinstance(value, Mapping) else enumerate(value)
+            for key, item in items:
+                problem = each(item)
+                if problem is not None:
+                    where = f"[{key}]" if isinstance(key, int) else f".{key}"
+                    lines.append(f"{attribute.name}{where}: {problem}, got {item!r}")
+        problem = check(value) if check is not None else None
         if problem is not None:
-            raise ConfigError(f"{attribute.name}: {problem}, got {value!r}")
+            lines.append(f"{attribute.name}: {problem}, got {value!r}")
+        if lines:
+            raise ConfigError("\n".join(lines))
 
     return validate
 
 
 def setting(
-    default: _T,
+    default: Any = attrs.NOTHING,
     *,
     check: Check | None = None,
+    each: Check | None = None,
     structure: Callable[[object], object] | None = None,
-) -> _T:
-    """A config key with its default, its rule and, rarely, a pre-structuring hook."""
+    parse: Callable[[object], object] | None = None,
+    converter: Callable[[Any], Any] | None = None,
+    factory: Callable[[], Any] | None = None,
+    required_hint: str = "",
+) -> Any:
+    """A config key: its default (none: required), its rule and, rarely, how it is read.
+
+    ``check`` is the value's rule and ``each`` the rule of every list item or mapping value;
+    ``structure`` rewrites the raw value first and ``parse`` replaces the type-driven reading
+    (values that are not one plain type, such as ``int | "all"``); ``converter`` and ``factory``
+    are attrs'. ``required_hint`` extends "required key missing".
+    """
     metadata: dict[str, object] = {}
-    if check is not None:
-        metadata[CHECK_KEY] = check
-    if structure is not None:
-        metadata[STRUCTURE_KEY] = structure
-    validator = _validator(check) if check is not None else None
-    return attrs.field(default=default, validator=validator, metadata=metadata)
+    for key, value in (
+        (CHECK_KEY, check),
+        (EACH_KEY, each),
+        (STRUCTURE_KEY, structure),
+        (PARSE_KEY, parse),
+        (REQUIRED_HINT_KEY, required_hint or None),
+    ):
+        if value is not None:
+            metadata[key] = value
+    validator = _validator(check, each) if check is not None or each is not None else None
+    return attrs.field(
+        default=attrs.Factory(factory) if factory is not None else default,
+        validator=validator,
+        converter=converter,
+        metadata=metadata,
+        # A mapping default is not hashable; the class stays hashable without it.
+        hash=False if factory is not None else None,
+    )
 
 
 def required_setting(check: Check) -> Any:
     """A config key without a default (``model_repo``, a worker entry's ``name``)."""
-    return attrs.field(validator=_validator(check), metadata={CHECK_KEY: check})
+    return setting(check=check)
 
 
 def env_only(default: _T, *, eq: bool = True) -> _T:

@@ -19,8 +19,11 @@ from reactantserver.core.config._structure import KeyPath, Origin, Problem, desc
 
 __all__ = [
     "REMOVED_KEYS",
+    "WORKER_KEY_RULES",
+    "KeyRules",
     "check_keys",
     "file_fields",
+    "iter_leaf_fields",
     "iter_leaves",
     "removed_hint",
 ]
@@ -34,9 +37,29 @@ REMOVED_KEYS: Final[Mapping[tuple[str, ...], str]] = {
 }
 
 
-def removed_hint(path: KeyPath) -> str | None:
+@attrs.frozen
+class KeyRules:
+    """How one file's key tree is checked beyond its schema.
+
+    ``removed`` maps removed keys (``*``: any name) to migration hints. ``empty_sections``: a
+    null section or map entry means its defaults (else it is an error). ``entry_names`` is
+    what the keys of a map of sections are called in messages (``model names``).
+    """
+
+    removed: Mapping[tuple[str, ...], str] = attrs.field(factory=dict)
+    empty_sections: bool = False
+    entry_names: str = "keys"
+
+
+#: The worker keys' rules (02 §Configuration).
+WORKER_KEY_RULES: Final = KeyRules(REMOVED_KEYS, entry_names="model names")
+
+
+def removed_hint(
+    path: KeyPath, removed_keys: Mapping[tuple[str, ...], str] = REMOVED_KEYS
+) -> str | None:
     """The migration hint when ``path`` is a removed key, else ``None``."""
-    for removed, hint in REMOVED_KEYS.items():
+    for removed, hint in removed_keys.items():
         if len(removed) == len(path) and all(
             want in ("*", got) for want, got in zip(removed, path, strict=True)
         ):
@@ -69,6 +92,7 @@ def check_keys(
     origin: Origin,
     cls: type = WorkerConfig,
     path: KeyPath = (),
+    rules: KeyRules = WORKER_KEY_RULES,
 ) -> list[Problem]:
     """Every unknown key, removed key, non-string key and non-mapping section in ``data``."""
     problems: list[Problem] = []
@@ -80,7 +104,7 @@ def check_keys(
             )
             continue
         here = (*path, key)
-        hint = removed_hint(here)
+        hint = removed_hint(here, rules.removed)
         if hint is not None:
             problems.append(Problem(here, f"removed key; {hint}", origin))
             continue
@@ -88,34 +112,44 @@ def check_keys(
         if field is None:
             problems.append(Problem(here, _unknown(key, fields), origin))
             continue
+        if value is None and rules.empty_sections:
+            continue
         if isinstance(field.type, type) and attrs.has(field.type):
             if not isinstance(value, Mapping):
                 problems.append(Problem(here, f"expected a mapping, got {describe(value)}", origin))
             else:
-                problems += check_keys(value, origin, field.type, here)
+                problems += check_keys(value, origin, field.type, here, rules)
             continue
         entry_type = _mapping_value_type(field.type)
         if entry_type is not None:
-            problems += _check_entries(value, origin, entry_type, here)
+            problems += _check_entries(value, origin, entry_type, here, rules)
     return problems
 
 
-def _check_entries(value: object, origin: Origin, entry_type: type, path: KeyPath) -> list[Problem]:
+def _check_entries(
+    value: object, origin: Origin, entry_type: type, path: KeyPath, rules: KeyRules
+) -> list[Problem]:
     if not isinstance(value, Mapping):
-        return [Problem(path, f"expected a mapping of model names, got {describe(value)}", origin)]
+        return [
+            Problem(
+                path, f"expected a mapping of {rules.entry_names}, got {describe(value)}", origin
+            )
+        ]
     problems: list[Problem] = []
     for name, entry in value.items():
         if not isinstance(name, str) or not name:
-            message = f"model names must be non-empty strings, got {describe(name)}"
+            message = f"{rules.entry_names} must be non-empty strings, got {describe(name)}"
             if isinstance(name, bool):
                 message += "; YAML reads unquoted yes/no/on/off as booleans, so quote it"
             problems.append(Problem((*path, str(name)), message, origin))
+        elif entry is None and rules.empty_sections:
+            continue
         elif not isinstance(entry, Mapping):
             problems.append(
                 Problem((*path, name), f"expected a mapping, got {describe(entry)}", origin)
             )
         else:
-            problems += check_keys(entry, origin, entry_type, (*path, name))
+            problems += check_keys(entry, origin, entry_type, (*path, name), rules)
     return problems
 
 
@@ -123,8 +157,16 @@ def iter_leaves(
     cls: type = WorkerConfig, path: tuple[str, ...] = ()
 ) -> Iterator[tuple[tuple[str, ...], Any]]:
     """Every scalar or list key of the file schema with its type, except per-model keys."""
+    for here, field in iter_leaf_fields(cls, path):
+        yield here, field.type
+
+
+def iter_leaf_fields(
+    cls: type, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], attrs.Attribute[Any]]]:
+    """Every key of ``cls`` that is not a section or a map, with its attrs field, in order."""
     for name, field in file_fields(cls).items():
         if isinstance(field.type, type) and attrs.has(field.type):
-            yield from iter_leaves(field.type, (*path, name))
-        elif _mapping_value_type(field.type) is None:
-            yield (*path, name), field.type
+            yield from iter_leaf_fields(field.type, (*path, name))
+        elif typing.get_origin(field.type) not in (Mapping, dict):
+            yield (*path, name), field

@@ -18,6 +18,7 @@ from typing import Any, Final, Literal, TypeAlias
 import attrs
 
 from reactantserver.core.config._fields import (
+    FILE_KEY,
     HAND_PARSED_KEY,
     MAX_PORT,
     Choice,
@@ -145,8 +146,11 @@ class SupervisorConfig:
     had crashed (>= 1)."""
 
 
-def _hand_parsed(*, factory: Any) -> Any:
-    return attrs.field(factory=factory, hash=False, metadata={HAND_PARSED_KEY: True})
+def _hand_parsed(*, factory: Any, key: str | None = None) -> Any:
+    metadata: dict[str, object] = {HAND_PARSED_KEY: True}
+    if key is not None:
+        metadata[FILE_KEY] = key
+    return attrs.field(factory=factory, hash=False, metadata=metadata)
 
 
 @attrs.frozen
@@ -164,7 +168,7 @@ class WorkerEntry:
     metrics_port: int | None = setting(None, check=between(0, MAX_PORT))
     """This worker's HTTP port (0: off); unset: ``metrics_base_port`` plus the entry's
     position."""
-    settings: Mapping[str, Any] = _hand_parsed(factory=dict)
+    settings: Mapping[str, Any] = _hand_parsed(factory=dict, key="<worker key>")
     """The entry's other keys: worker keys for this worker only, merged over ``global``."""
 
 
@@ -186,7 +190,7 @@ class NodeConfig:
     """HTTP port of the first worker; worker i gets ``metrics_base_port + i`` unless its
     entry sets ``metrics_port``. ``null``: workers have no HTTP port (a sole worker still
     serves ``listen.metrics``)."""
-    global_settings: Mapping[str, Any] = _hand_parsed(factory=dict)
+    global_settings: Mapping[str, Any] = _hand_parsed(factory=dict, key="global")
     """The ``global:`` block: worker keys applied to every worker; a worker entry's own keys
     win. Ports, ``model_dirs`` and ``runtime.device_ordinal`` are set by the node and ignored
     here."""
@@ -221,7 +225,9 @@ class NodeConfig:
     in."""
     supervisor: SupervisorConfig = SupervisorConfig()
     #: The file it was read from (for messages); not part of equality.
-    source: Path | None = attrs.field(default=None, eq=False, metadata={HAND_PARSED_KEY: True})
+    source: Path | None = attrs.field(
+        default=None, eq=False, metadata={HAND_PARSED_KEY: True, FILE_KEY: None}
+    )
 
 
 _CONVERTER: Final = make_converter([ListenConfig, SupervisorConfig, WorkerEntry, NodeConfig])

@@ -28,8 +28,11 @@ from cattrs.v import format_exception as _cattrs_format_exception
 
 from reactantserver.core.config._fields import (
     CHECK_KEY,
+    EACH_KEY,
     ENV_ONLY_KEY,
     HAND_PARSED_KEY,
+    PARSE_KEY,
+    REQUIRED_HINT_KEY,
     STRUCTURE_KEY,
     Check,
     InvalidValue,
@@ -53,6 +56,7 @@ __all__ = [
     "format_path",
     "make_converter",
     "raise_problems",
+    "schema_classes",
     "structure",
 ]
 
@@ -123,20 +127,42 @@ def _structure_str_tuple(value: object, type_: object) -> tuple[str, ...]:
     return tuple(items)
 
 
+def _each_errors(each: Check, value: object) -> list[Exception]:
+    # One error per list item or mapping value that breaks ``each``, noted with its index/key.
+    errors: list[Exception] = []
+    if not isinstance(value, tuple | list | Mapping):
+        return errors
+    items = value.items() if isinstance(value, Mapping) else enumerate(value)
+    for key, item in items:
+        problem = each(item)
+        if problem is not None:
+            exc = InvalidValue(f"{problem}, got {describe(item)}")
+            exc.__notes__ = [IterableValidationNote(f"item {key!r}", key, object)]
+            errors.append(exc)
+    return errors
+
+
 def _field_hook(
     converter: cattrs.Converter, field: attrs.Attribute[Any]
 ) -> Callable[[object, object], object]:
     check: Check | None = field.metadata.get(CHECK_KEY)
+    each: Check | None = field.metadata.get(EACH_KEY)
     pre: Callable[[object], object] | None = field.metadata.get(STRUCTURE_KEY)
+    parse: Callable[[object], object] | None = field.metadata.get(PARSE_KEY)
     field_type: Any = field.type
 
     def hook(value: object, _type: object) -> object:
         if pre is not None:
             value = pre(value)
-        result = converter.structure(value, field_type)
+        result = parse(value) if parse is not None else converter.structure(value, field_type)
+        errors = _each_errors(each, result) if each is not None else []
         problem = check(result) if check is not None else None
         if problem is not None:
-            raise InvalidValue(f"{problem}, got {describe(value)}")
+            errors.append(InvalidValue(f"{problem}, got {describe(value)}"))
+        if len(errors) == 1 and not hasattr(errors[0], "__notes__"):
+            raise errors[0]
+        if errors:
+            raise IterableValidationError("invalid value", errors, field_type)
         return result
 
     return hook
@@ -151,8 +177,73 @@ def _is_optional(type_: object) -> bool:
     )
 
 
-def make_converter(classes: Sequence[type]) -> cattrs.Converter:
-    """A strict converter for ``classes`` (inner classes first): no extra keys, no coercion."""
+def _is_mapping(type_: object) -> bool:
+    return typing.get_origin(type_) in (Mapping, dict) and len(typing.get_args(type_)) == 2
+
+
+def _mapping_hook(
+    converter: cattrs.Converter, *, empty_sections: bool
+) -> Callable[[object, Any], object]:
+    def structure_mapping(value: object, type_: Any) -> object:
+        if value is None and empty_sections:
+            return {}
+        if not isinstance(value, Mapping):
+            raise InvalidValue(f"expected a mapping, got {describe(value)}")
+        value_type = typing.get_args(type_)[1]
+        result: dict[str, object] = {}
+        errors: list[Exception] = []
+        for key, item in value.items():
+            exc: Exception
+            if not isinstance(key, str) or not key:
+                exc = InvalidValue(f"keys must be non-empty strings, got {describe(key)}")
+            else:
+                try:
+                    result[key] = converter.structure(item, value_type)
+                    continue
+                except Exception as caught:  # reported with its key, as cattrs does
+                    exc = caught
+            exc.__notes__ = [
+                *getattr(exc, "__notes__", []),
+                IterableValidationNote(f"key {key!r}", str(key), value_type),
+            ]
+            errors.append(exc)
+        if errors:
+            raise IterableValidationError("invalid mapping", errors, dict)
+        return result
+
+    return structure_mapping
+
+
+def schema_classes(root: type) -> list[type]:
+    """``root`` and every attrs class below it, inner classes first (for :func:`make_converter`)."""
+    order: list[type] = []
+
+    def visit(cls: type) -> None:
+        attrs.resolve_types(cls)
+        for field in attrs.fields(cls):
+            if field.metadata.get(ENV_ONLY_KEY) or field.metadata.get(HAND_PARSED_KEY):
+                continue
+            for inner in _nested_classes(field.type):
+                visit(inner)
+        if cls not in order:
+            order.append(cls)
+
+    visit(root)
+    return order
+
+
+def _nested_classes(type_: object) -> list[type]:
+    if isinstance(type_, type) and attrs.has(type_):
+        return [type_]
+    return [inner for arg in typing.get_args(type_) for inner in _nested_classes(arg)]
+
+
+def make_converter(classes: Sequence[type], *, empty_sections: bool = False) -> cattrs.Converter:
+    """A strict converter for ``classes`` (inner classes first): no extra keys, no coercion.
+
+    With ``empty_sections`` a null section or mapping (``health:`` with nothing under it)
+    means its defaults, as an absent one does.
+    """
     converter = cattrs.Converter(forbid_extra_keys=True)
     for scalar, parse in _SCALARS.items():
         converter.register_structure_hook(scalar, _scalar_hook(parse))
@@ -168,30 +259,46 @@ def make_converter(classes: Sequence[type]) -> cattrs.Converter:
         return converter.structure(value, inner)
 
     converter.register_structure_hook_func(_is_optional, structure_optional)
+    converter.register_structure_hook_func(
+        _is_mapping, _mapping_hook(converter, empty_sections=empty_sections)
+    )
     for cls in classes:
         attrs.resolve_types(cls)
         overrides: dict[str, Any] = {}
         for field in attrs.fields(cls):
             if field.metadata.get(ENV_ONLY_KEY) or field.metadata.get(HAND_PARSED_KEY):
                 overrides[field.name] = override(omit=True)
-            elif CHECK_KEY in field.metadata or STRUCTURE_KEY in field.metadata:
+            elif _HOOKED_KEYS & field.metadata.keys():
                 overrides[field.name] = override(struct_hook=_field_hook(converter, field))
-        converter.register_structure_hook(cls, make_dict_structure_fn(cls, converter, **overrides))
+        hook: Callable[[Any, Any], Any] = make_dict_structure_fn(cls, converter, **overrides)
+        converter.register_structure_hook(cls, _empty_is_default(hook) if empty_sections else hook)
     return converter
 
 
+_HOOKED_KEYS: Final = frozenset({CHECK_KEY, EACH_KEY, STRUCTURE_KEY, PARSE_KEY})
+
+
+def _empty_is_default(hook: Callable[[Any, Any], _T]) -> Callable[[Any, Any], _T]:
+    return lambda value, type_: hook({} if value is None else value, type_)
+
+
 def _format_exception(exc: BaseException, type_: type | None) -> str:
-    if isinstance(exc, InvalidValue | ConfigError):
+    if isinstance(exc, InvalidValue):
         return str(exc)
+    if isinstance(exc, ConfigError):
+        # Raised by a class's own rules across its fields: "<key>: <message>" lines.
+        return _ACROSS_FIELDS + str(exc)
     if isinstance(exc, ForbiddenExtraKeysError):
         # Split back into one problem per key by structure(), so each key gets its own path.
-        return _EXTRA_KEYS + _EXTRA_KEYS.join(sorted(exc.extra_fields))
+        return _EXTRA_KEYS + _EXTRA_KEYS.join(sorted(map(str, exc.extra_fields)))
     if isinstance(exc, KeyError):
-        return "required key missing"
+        return _MISSING
     return _cattrs_format_exception(exc, type_)
 
 
 _EXTRA_KEYS: Final = "\x00unknown key\x00"
+_ACROSS_FIELDS: Final = "\x00across fields\x00"
+_MISSING: Final = "required key missing"
 _PATH_PART = re.compile(
     r"\.([A-Za-z_][A-Za-z0-9_]*)"
     r"""|\[('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|-?[0-9]+)\]"""
@@ -214,7 +321,11 @@ def _parse_cattrs_path(text: str) -> KeyPath:
 def structure(
     converter: cattrs.Converter, data: Mapping[str, Any], cls: type[_T], prefix: KeyPath = ()
 ) -> tuple[_T | None, list[Problem]]:
-    """Structure ``data`` into ``cls``; on failure ``None`` and one problem per bad key path."""
+    """Structure ``data`` into ``cls``; on failure ``None`` and one problem per bad key path.
+
+    A :class:`ConfigError` raised while building a class (a rule across its fields) gives one
+    problem per ``<key>: <message>`` line, under that class's path.
+    """
     try:
         return converter.structure(data, cls), []
     except (ClassValidationError, IterableValidationError, InvalidValue, ConfigError) as exc:
@@ -226,9 +337,30 @@ def structure(
                 problems += [
                     Problem((*where, key), "unknown key") for key in message.split(_EXTRA_KEYS)[1:]
                 ]
+            elif message.startswith(_ACROSS_FIELDS):
+                for text in message.removeprefix(_ACROSS_FIELDS).splitlines():
+                    key, sep, rest = text.partition(": ")
+                    problems.append(Problem((*where, key), rest) if sep else Problem(where, text))
             else:
+                if message == _MISSING:
+                    hint = _field_at(cls, where[len(prefix) :], REQUIRED_HINT_KEY)
+                    message += f"; {hint}" if hint else ""
                 problems.append(Problem(where, message))
         return None, problems
+
+
+def _field_at(cls: type, path: KeyPath, key: str) -> Any:
+    # The metadata ``key`` of the field at ``path`` below ``cls`` (None when there is none).
+    field: attrs.Attribute[Any] | None = None
+    current: object = cls
+    for part in path:
+        if not (isinstance(current, type) and attrs.has(current)):
+            return None
+        field = attrs.fields_dict(current).get(str(part))
+        if field is None:
+            return None
+        current = field.type
+    return field.metadata.get(key) if field is not None else None
 
 
 def _origin_of(path: KeyPath, origins: Mapping[KeyPath, Origin]) -> Origin:

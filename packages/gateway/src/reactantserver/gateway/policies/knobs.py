@@ -28,7 +28,7 @@ from reactantserver.core.errors import (
     ModelNotFoundError,
 )
 from reactantserver.core.protocol import control_pb2
-from reactantserver.gateway._config_rules import Replicas
+from reactantserver.gateway.config import Replicas
 
 __all__ = [
     "COMPACTION_MODES",

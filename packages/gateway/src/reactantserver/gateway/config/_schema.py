@@ -1,6 +1,9 @@
 """Frozen attrs classes of the gateway configuration.
 
-Each field's default is the one place that default lives; its rule sits next to it.
+Each field's default is the one place that default lives; its rule sits next to it. Fields are
+declared with core's :func:`~reactantserver.core.config.setting` and read by core's engine; the
+gRPC server settings are core's :class:`~reactantserver.core.config.GrpcConfig`, as the
+worker's.
 """
 
 from __future__ import annotations
@@ -9,27 +12,24 @@ import enum
 import math
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeAlias
 
 import attrs
 
-from reactantserver.core.config import GrpcConfig, LoggingConfig, TlsConfig
-from reactantserver.core.errors import ConfigError
-from reactantserver.gateway._config_rules import (
-    ALL_REPLICAS,
-    MAX_GRPC_MESSAGE_BYTES,
-    PRE_KEY,
+from reactantserver.core.config import GrpcConfig, LoggingConfig, TlsConfig, setting
+from reactantserver.core.config.rules import (
+    MAX_PORT,
+    Check,
     InvalidValue,
-    address,
     between,
     describe,
     non_empty,
-    parse_replicas,
-    setting,
     unique,
 )
+from reactantserver.core.errors import ConfigError
 
 __all__ = [
+    "ALL_REPLICAS",
     "CompactionMode",
     "FillMode",
     "GatewayConfig",
@@ -39,6 +39,7 @@ __all__ = [
     "ModelAwareConfig",
     "ModelFillMode",
     "ModelPlacementConfig",
+    "Replicas",
     "RoutingPolicy",
     "SchedulingConfig",
     "SchedulingMode",
@@ -48,6 +49,42 @@ __all__ = [
 ]
 
 _FOREVER_WORDS: Final = frozenset({"inf", "+inf", "infinity", "forever"})
+ALL_REPLICAS: Final = "all"
+
+Replicas: TypeAlias = int | Literal["all"]
+"""A replica count: an int >= 1 or ``"all"`` (every worker)."""
+
+
+def _port_text(lo: int) -> str:
+    return f'must be "host:port" (IPv6 as "[::1]:port") with a port in [{lo}, {MAX_PORT}]'
+
+
+def address(*, min_port: int) -> Check:
+    """Rule of ``host:port`` strings; IPv6 hosts in brackets; ports from ``min_port``."""
+    text = _port_text(min_port)
+
+    def check(value: Any) -> str | None:
+        if not isinstance(value, str) or any(c.isspace() for c in value):
+            return text
+        host, _, port = value.rpartition(":")
+        if host.startswith("["):
+            host_ok = host.endswith("]") and len(host) > 2 and "]" not in host[1:-1]
+        else:
+            host_ok = bool(host) and not any(c in host for c in ":[]")
+        if host_ok and port.isascii() and port.isdigit() and min_port <= int(port) <= MAX_PORT:
+            return None
+        return text
+
+    return check
+
+
+def parse_replicas(value: object) -> Replicas | None:
+    """A replica count from a file or env value: an int >= 1 or ``all``; ``None`` = inherit."""
+    if value is None or value == ALL_REPLICAS:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise InvalidValue(f"must be an integer >= 1 or {ALL_REPLICAS}, got {describe(value)}")
 
 
 class SchedulingMode(enum.StrEnum):
@@ -216,48 +253,15 @@ class WorkerClientConfig:
     tls: WorkerTlsConfig = WorkerTlsConfig()
 
 
-#: The gRPC settings the gateway shares with the worker take the worker's defaults, defined
-#: once in core's ``GrpcConfig``.
-_SHARED_GRPC: Final = GrpcConfig()
-
-
 @attrs.frozen
-class GatewayGrpcConfig:
-    """``grpc.*``: message limits, the inbound cap and keepalive (as the worker's)."""
+class GatewayGrpcConfig(GrpcConfig):
+    """``grpc.*``: the worker's gRPC settings (message limits, keepalive; one definition, in
+    core's ``GrpcConfig``) and the gateway's inbound cap."""
 
-    max_recv_msg_bytes: int = setting(
-        _SHARED_GRPC.max_recv_msg_bytes, check=between(0, MAX_GRPC_MESSAGE_BYTES, lo_open=True)
-    )
-    """Largest gRPC message accepted from clients and from workers, in bytes (> 0); also caps
-    HTTP request bodies. A worker's own smaller cap still applies behind it."""
-    max_send_msg_bytes: int = setting(
-        _SHARED_GRPC.max_send_msg_bytes, check=between(0, MAX_GRPC_MESSAGE_BYTES, lo_open=True)
-    )
-    """Largest gRPC message sent to clients and to workers, in bytes (> 0)."""
     max_concurrent_requests_per_worker: int = setting(64, check=between(0))
     """Inference calls in flight through the gateway, per worker: the gateway's cap is this
     times the number of ``endpoints``, and a call past it is refused with
     ``RESOURCE_EXHAUSTED``. 0: no cap."""
-    # As the worker's: the native front answers clients' pings and keeps idle connections
-    # open; these four load but are not enforced.
-    keepalive_time_seconds: float = setting(_SHARED_GRPC.keepalive_time_seconds, check=between(0))
-    """Accepted for compatibility, not enforced: the gateway sends no keepalive pings to its
-    clients (it answers theirs). Seconds, >= 0."""
-    keepalive_timeout_seconds: float = setting(
-        _SHARED_GRPC.keepalive_timeout_seconds, check=between(0, lo_open=True)
-    )
-    """Accepted for compatibility, not enforced (no pings are sent to time out). Seconds,
-    > 0."""
-    min_client_ping_interval_seconds: float = setting(
-        _SHARED_GRPC.min_client_ping_interval_seconds, check=between(0)
-    )
-    """Accepted for compatibility, not enforced: no minimum interval applies to clients'
-    pings. Seconds, >= 0."""
-    max_connection_age_seconds: float = setting(
-        _SHARED_GRPC.max_connection_age_seconds, check=between(0)
-    )
-    """Accepted for compatibility, not enforced: no client connection is closed for its age.
-    Seconds, >= 0."""
 
 
 @attrs.frozen
@@ -352,9 +356,8 @@ class SchedulingConfig:
     forbid_memory_oversubscription: bool = setting(True)
     """``lpt_packing``: place a model only on workers whose weight budget still holds it,
     when any does; off, memory only weighs in the score."""
-    compaction_mode: CompactionMode = attrs.field(
-        default=CompactionMode.EAGER, metadata={PRE_KEY: _off_from_false}
-    )
+    # An attrs field, which ruff does not recognise through core's helper.
+    compaction_mode: CompactionMode = setting(CompactionMode.EAGER, structure=_off_from_false)  # noqa: RUF009
     """``lpt_packing``: what a repack asks of the workers whose models changed: ``off``
     (nothing), ``eager`` (compact their device memory) or ``scheduled`` (compact it and load
     the models now placed there)."""

@@ -16,17 +16,25 @@ from __future__ import annotations
 import enum
 import logging
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import attrs
-import yaml
-from yaml.nodes import MappingNode
 
-from reactantserver.core.config import LogFormat, LoggingConfig, LogLevel, TlsConfig
-from reactantserver.core.errors import ConfigError
-from reactantserver.gateway._config_env import (
+from reactantserver.core.config import (
+    KeyRules,
+    LogFormat,
+    LoggingConfig,
+    LogLevel,
+    Problem,
+    TlsConfig,
+    config_error,
+    load_yaml_file,
+    structure_file,
+)
+from reactantserver.core.config.rules import format_path
+from reactantserver.gateway.config._env import (
     ALIAS_VARIABLES,
     ENV_KEYS,
     ENV_PREFIX,
@@ -34,8 +42,8 @@ from reactantserver.gateway._config_env import (
     LIST_VARIABLES,
     scan_env,
 )
-from reactantserver.gateway._config_rules import ALL_REPLICAS, KeyPath, Replicas, format_path
-from reactantserver.gateway._config_schema import (
+from reactantserver.gateway.config._schema import (
+    ALL_REPLICAS,
     CompactionMode,
     FillMode,
     GatewayConfig,
@@ -45,6 +53,7 @@ from reactantserver.gateway._config_schema import (
     ModelAwareConfig,
     ModelFillMode,
     ModelPlacementConfig,
+    Replicas,
     RoutingPolicy,
     SchedulingConfig,
     SchedulingMode,
@@ -52,12 +61,6 @@ from reactantserver.gateway._config_schema import (
     WorkerClientConfig,
     WorkerTlsConfig,
 )
-from reactantserver.gateway._config_structure import Problem, config_error, structure
-
-try:
-    from yaml import CSafeLoader as _BaseLoader
-except ImportError:  # pragma: no cover - PyYAML built without libyaml
-    from yaml import SafeLoader as _BaseLoader  # type: ignore[assignment]
 
 __all__ = [
     "ALL_REPLICAS",
@@ -107,43 +110,6 @@ def gateway_env_variables() -> dict[str, str]:
     return dict(sorted(table.items()))
 
 
-class _StrictLoader(_BaseLoader):
-    """The safe loader, except that a key written twice in one mapping is an error."""
-
-    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Hashable, Any]:
-        seen: set[object] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if isinstance(key, Hashable) and key in seen:
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping",
-                    node.start_mark,
-                    f"found duplicate key {key!r}",
-                    key_node.start_mark,
-                )
-            if isinstance(key, Hashable):
-                seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def _read_yaml(path: Path) -> object:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from None
-    try:
-        return yaml.load(text, Loader=_StrictLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
-        what = "; ".join(part for part in (exc.context, exc.problem) if part)
-        raise ConfigError(f"{where}: invalid YAML: {what}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
-
-
 def resolve_gateway_file(path: Path | None, env: Mapping[str, str]) -> Path | None:
     """The file to read: ``path``, else ``$REACTANT_GATEWAY_FILE``, else the default if present.
 
@@ -161,36 +127,12 @@ def resolve_gateway_file(path: Path | None, env: Mapping[str, str]) -> Path | No
 def load_gateway_config(path: Path | None, env: Mapping[str, str]) -> GatewayConfig:
     """Read and validate the gateway configuration (see :func:`resolve_gateway_file`)."""
     source = resolve_gateway_file(path, env)
-    data = _read_yaml(source) if source is not None else None
+    data = load_yaml_file(source) if source is not None else None
     return _build(data, env, source)
 
 
-def _plain(value: object) -> object:
-    if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(item) for item in value]
-    return value
-
-
-def _set_path(raw: dict[Any, Any], path: tuple[str, ...], value: object) -> None:
-    node = raw
-    for key in path[:-1]:
-        child = node.get(key)
-        if child is None:
-            child = node[key] = {}
-        if not isinstance(child, dict):
-            return  # the file's own value is reported (expected a mapping)
-        node = child
-    node[path[-1]] = value
-
-
-def _variable_of(path: KeyPath, set_by: Mapping[KeyPath, str]) -> str:
-    for end in range(len(path), 0, -1):
-        variable = set_by.get(path[:end])
-        if variable is not None:
-            return variable
-    return ""
+#: A null section (``health:`` with nothing under it) means its defaults; no removed keys yet.
+_KEY_RULES: Final = KeyRules(empty_sections=True)
 
 
 def gateway_config_from_mapping(
@@ -208,24 +150,17 @@ def _build(data: object, env: Mapping[str, str], source: Path | None) -> Gateway
     if data is not None and not isinstance(data, Mapping):
         problem = Problem((), f"expected a mapping of gateway keys, got {type(data).__name__}")
         raise config_error([problem], source=source)
-    raw: dict[Any, Any] = _plain(data or {})  # type: ignore[assignment]
     overrides, problems = scan_env(env)
-    set_by: dict[KeyPath, str] = {}
-    for override in overrides:
-        _set_path(raw, override.path, override.value)
-        set_by[override.path] = override.variable
-    config, found = structure(GatewayConfig, raw)
-    problems += [
-        attrs.evolve(p, variable=p.variable or _variable_of(p.path, set_by)) for p in found
-    ]
+    config, found, origins = structure_file(GatewayConfig, data or {}, overrides, rules=_KEY_RULES)
+    problems += found
     if problems:
-        raise config_error(problems, source=source)
+        raise config_error(problems, origins, source=source)
     for override in overrides:
         logger.info(
             "config: %s = %r from %s", format_path(override.path), override.value, override.variable
         )
-    _warn(config)
     assert isinstance(config, GatewayConfig)
+    _warn(config)
     return config
 
 
