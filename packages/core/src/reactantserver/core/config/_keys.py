@@ -51,7 +51,7 @@ class KeyRules:
     entry_names: str = "keys"
 
 
-#: The worker keys' rules (02 §Configuration).
+#: The worker keys' rules.
 WORKER_KEY_RULES: Final = KeyRules(REMOVED_KEYS, entry_names="model names")
 
 

@@ -156,8 +156,11 @@ def key_rows(
     key where they differ. Fields the loader sets from the environment are left out.
     """
     hints = typing.get_type_hints(cls)
-    docs = _field_docs(cls)
-    annotations = _annotations(cls)
+    docs: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    for base in reversed([c for c in cls.__mro__ if attrs.has(c)]):  # a subclass's win
+        docs.update(_field_docs(base))
+        annotations.update(_annotations(base))
     rows: list[KeyRow] = []
     for field in attrs.fields(cls):
         if field.name in skip or field.metadata.get(ENV_ONLY_KEY):

@@ -1,4 +1,4 @@
-"""``REACTANT_GATEWAY_*`` overrides of gateway keys (08 §Configuration).
+"""``REACTANT_GATEWAY_*`` overrides of gateway keys.
 
 Every scalar key has a variable named after its dotted path (``scheduling.routing_fill_mode`` →
 ``REACTANT_GATEWAY_SCHEDULING_ROUTING_FILL_MODE``); the worker lists and the wedge exit have
