@@ -338,6 +338,8 @@ def test_nothing_cites_a_specification_the_repository_does_not_hold() -> None:
                 found += [f"{path.relative_to(ROOT)}:{n}" for n in _python_citations(path)]
     texts = [*(ROOT / "docs").rglob("*.md"), *ROOT.glob("*.md"), *ROOT.glob("packages/*/README.md")]
     texts += [ROOT / "bench" / "README.md", *(ROOT / "deploy").rglob("*.md")]
+    texts += [*(ROOT / "deploy").rglob("*.y*ml"), *(ROOT / "deploy" / "monitoring").rglob("*.json")]
+    texts += [*(ROOT / "docker").iterdir()]
     for path in sorted(texts):
         found += [f"{path.relative_to(ROOT)}:{n}" for n in _citations(path.read_text())]
     assert not found, "cites the design specification; say what it means instead:\n" + "\n".join(
