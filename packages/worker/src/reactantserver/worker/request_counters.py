@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import grpc
 from prometheus_client import utils as _prometheus_utils
@@ -25,7 +25,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricF
 
 from reactantserver.worker.scheduler.stats import DURATION_BUCKETS
 
-__all__ = ["LATENCY_BUCKETS", "RequestCounters"]
+__all__ = ["LATENCY_BUCKETS", "RequestCounters", "cumulative_buckets"]
 
 LATENCY_BUCKETS = DURATION_BUCKETS
 """Upper bounds of the latency histogram: ``0.001 * 2**k`` s, k = 0..13 (``+Inf`` implied)."""
@@ -34,6 +34,16 @@ _OK = grpc.StatusCode.OK
 # prometheus_client's own spelling of a bucket bound (untyped there, hence the annotation).
 _go_float: Callable[[float], str] = _prometheus_utils.floatToGoString
 _LE = [_go_float(bound) for bound in LATENCY_BUCKETS] + ["+Inf"]
+
+
+def cumulative_buckets(counts: Sequence[int]) -> list[tuple[str, float]]:
+    """Per-bucket counts over :data:`LATENCY_BUCKETS` (``+Inf`` last) as a histogram's
+    cumulative ``(le, count)`` pairs, the bounds spelled as prometheus_client spells them."""
+    running, cumulative = 0, []
+    for le, count in zip(_LE, counts, strict=True):
+        running += count
+        cumulative.append((le, float(running)))
+    return cumulative
 
 
 class _Series:
@@ -126,11 +136,6 @@ class RequestCounters:
                 requests.add_metric([name, _OK.name], ok)
             for status, count in failed:
                 requests.add_metric([name, status.name], count)
-            cumulative: list[tuple[str, float]] = []
-            running = 0
-            for le, count in zip(_LE, buckets, strict=True):
-                running += count
-                cumulative.append((le, running))
-            latency.add_metric([name], cumulative, total)
+            latency.add_metric([name], cumulative_buckets(buckets), total)
         yield requests
         yield latency

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 
 import attrs
-from prometheus_client import utils as _prometheus_utils
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -25,8 +24,9 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from reactantserver.worker.registry import ModelEntry, ModelState
+from reactantserver.worker.request_counters import cumulative_buckets
 from reactantserver.worker.runtime.residency import Residency
-from reactantserver.worker.scheduler.stats import DURATION_BUCKETS, Durations, StatsSnapshot
+from reactantserver.worker.scheduler.stats import Durations, StatsSnapshot
 from reactantserver.worker.state import Runtime, WorkerState
 
 __all__ = [
@@ -36,10 +36,6 @@ __all__ = [
     "backend_platform",
     "worker_label",
 ]
-
-# prometheus_client's own spelling of a bucket bound (untyped there, hence the annotation).
-_go_float: Callable[[float], str] = _prometheus_utils.floatToGoString
-_LE = [_go_float(bound) for bound in DURATION_BUCKETS] + ["+Inf"]
 
 DEFAULT_WORKER_LABEL = "worker"
 """The ``worker`` label of a worker without ``worker_name`` (standalone or embedded)."""
@@ -138,11 +134,9 @@ class _Families:
             family = HistogramMetricFamily(name, _HELP[name], labels=list(labels))
             self._families[name] = family
         assert isinstance(family, HistogramMetricFamily)
-        running, cumulative = 0, []
-        for bound, count in zip(_LE, durations.counts, strict=True):
-            running += count
-            cumulative.append((bound, running))
-        family.add_metric(list(labels.values()), cumulative, durations.total)
+        family.add_metric(
+            list(labels.values()), cumulative_buckets(durations.counts), durations.total
+        )
 
     def _add(
         self,
