@@ -220,6 +220,7 @@ def start_worker(
     env.update(
         INFERENCE_SERVER_ENDPOINTS_PORT=str(port),
         INFERENCE_SERVER_ENDPOINTS_METRICS_PORT=str(free_port()),
+        INFERENCE_SERVER_ENDPOINTS_HTTP_PORT="0",  # REST on the metrics port
         INFERENCE_SERVER_MODEL_CONTROL_MODE="static",
         INFERENCE_SERVER_RUNTIME_BACKEND="cpu",
         INFERENCE_SERVER_CACHE_DIR=str(tmp / "cache"),

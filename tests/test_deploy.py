@@ -288,10 +288,14 @@ def test_baked_node_files_load_with_core(dockerfile: str, tmp_path: Path) -> Non
     (tmp_path / "kserve.yaml").write_text(kserve_text)
     for path, repo in ((DOCKER / name, "/models"), (tmp_path / "kserve.yaml", "/mnt/models")):
         node = load_node_config(path, {})
-        assert node.model_repo == repo
+        assert node.model_repo == (repo,)
         assert node.global_settings["runtime"]["backend"] == backend
         # Spelled out in the file, and equal to the node's defaults the manifests assume.
-        assert node.listen == ListenConfig() == ListenConfig("0.0.0.0:8001", "0.0.0.0:8002")
+        assert (
+            node.listen
+            == ListenConfig()
+            == ListenConfig(http="0.0.0.0:8000", grpc="0.0.0.0:8001", metrics="0.0.0.0:8002")
+        )
     assert kserve_path == servingruntime_node_file()
 
 
@@ -312,7 +316,11 @@ def test_baked_node_files_materialize(dockerfile: str) -> None:
     assert done.returncode == 0, done.stderr
     plan = yaml.safe_load(done.stdout)
     assert [child["name"] for child in plan["children"]] == ["worker0"]
-    assert plan["node"]["listen"] == {"grpc": "0.0.0.0:8001", "metrics": "0.0.0.0:8002"}
+    assert plan["node"]["listen"] == {
+        "http": "0.0.0.0:8000",
+        "grpc": "0.0.0.0:8001",
+        "metrics": "0.0.0.0:8002",
+    }
 
 
 # --- manifests -------------------------------------------------------------------------------

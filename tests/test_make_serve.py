@@ -22,6 +22,7 @@ import numpy as np
 import psutil
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
 from tests.worker_e2e._harness import free_port
@@ -90,9 +91,9 @@ def _ours(clone: Path) -> list[psutil.Process]:
 def test_make_serve_from_a_fresh_clone(tmp_path: Path) -> None:
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
-    grpc_port, http_port = free_port(), free_port()
-    while http_port == grpc_port:
-        http_port = free_port()
+    grpc_port, http_port, rest_port = free_port(), free_port(), free_port()
+    while len({grpc_port, http_port, rest_port}) < 3:
+        http_port, rest_port = free_port(), free_port()
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("INFERENCE_SERVER_", "REACTANT_"))
     }
@@ -101,6 +102,7 @@ def test_make_serve_from_a_fresh_clone(tmp_path: Path) -> None:
         {
             "REACTANT_GATEWAY_LISTEN_GRPC": f"127.0.0.1:{grpc_port}",
             "REACTANT_GATEWAY_LISTEN_METRICS": f"127.0.0.1:{http_port}",
+            "REACTANT_GATEWAY_LISTEN_HTTP": f"127.0.0.1:{rest_port}",
             "REACTANT_CACHE_DIR": str(tmp_path / "cache"),
             "XDG_RUNTIME_DIR": str(tmp_path / "run"),
             "PYTHONUNBUFFERED": "1",
@@ -127,6 +129,9 @@ def test_make_serve_from_a_fresh_clone(tmp_path: Path) -> None:
         text = log.read_text(errors="replace")
         assert f"localhost:{grpc_port}" in text or f"127.0.0.1:{grpc_port}" in text
         assert "tritonclient.grpc" in text
+        assert f"http://localhost:{rest_port}/v2" in text
+        with httpclient.InferenceServerClient(f"127.0.0.1:{rest_port}") as rest:
+            assert rest.is_server_ready()
 
         # Every example whose framework the clone's venv has (flax always; torch with TORCH=1).
         available = subprocess.run(

@@ -27,6 +27,7 @@ _NODE_VARIABLES = {
     "gpus": "REACTANT_GPUS",
     "cpu_workers": "REACTANT_CPU_WORKERS",
     "supervisor.max_restarts": "REACTANT_SUPERVISOR_MAX_RESTARTS",
+    "listen.http": "REACTANT_GATEWAY_LISTEN_HTTP",
     "listen.grpc": "REACTANT_GATEWAY_LISTEN_GRPC",
     "listen.metrics": "REACTANT_GATEWAY_LISTEN_METRICS",
 }

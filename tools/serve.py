@@ -1,13 +1,13 @@
-"""``make serve``: export the demo bundles, then run the node on them (CPU, :8001/:8002).
+"""``make serve``: export the demo bundles, then run the node on them (CPU, :8000/:8001/:8002).
 
 Each available ``examples/<name>/export.py`` is run as ``python -m examples.<name>.export --out
 DIR`` (weights from a fixed seed, no downloads); an example whose framework is not installed
 (``resnet50_torch`` needs the ``torch`` extra: ``make serve TORCH=1``) is skipped with a line
-saying so. Then ``reactantserver-node`` supervises one CPU
-worker over DIR. Once the node answers its healthcheck, this prints where to connect and a
-tritonclient snippet to paste. Ctrl-C (SIGINT) or SIGTERM stops the node and everything under
-it; the exit status is the node's. The public addresses follow the node's own overrides,
-``REACTANT_GATEWAY_LISTEN_GRPC`` and ``REACTANT_GATEWAY_LISTEN_METRICS``.
+saying so. Then ``reactantserver-node --model-repository DIR`` (no node file: Triton's ports, a
+CPU worker where no GPU is found) serves DIR. Once the node answers its healthcheck, this prints
+where to connect and a tritonclient snippet to paste. Ctrl-C (SIGINT) or SIGTERM stops the
+node and everything under it; the exit status is the node's. The public addresses follow the
+node's own overrides, ``REACTANT_GATEWAY_LISTEN_HTTP``, ``_GRPC`` and ``_METRICS``.
 """
 
 from __future__ import annotations
@@ -23,11 +23,6 @@ from types import FrameType
 
 ROOT = Path(__file__).resolve().parent.parent
 
-NODE_FILE = """\
-# Written by `make serve`: one CPU worker on the public ports, the shipped examples.
-model_repo: {models}
-cpu_workers: 1
-"""
 
 SNIPPET = """\
 import numpy as np
@@ -76,14 +71,16 @@ def _client_address(listen: str) -> str:
 
 
 def _banner(models: Path) -> None:
+    rest = _client_address(os.environ.get("REACTANT_GATEWAY_LISTEN_HTTP", "0.0.0.0:8000"))
     grpc = _client_address(os.environ.get("REACTANT_GATEWAY_LISTEN_GRPC", "0.0.0.0:8001"))
-    http = _client_address(os.environ.get("REACTANT_GATEWAY_LISTEN_METRICS", "0.0.0.0:8002"))
+    metrics = _client_address(os.environ.get("REACTANT_GATEWAY_LISTEN_METRICS", "0.0.0.0:8002"))
     names = sorted(p.parent.name for p in models.glob("*/manifest.yaml"))
     lines = [
         "",
         "ReactantServer is ready.",
+        f"  REST (KServe V2 / Triton): http://{rest}/v2",
         f"  gRPC (KServe V2 / Triton): {grpc}",
-        f"  HTTP: http://{http}/metrics  /healthz  /readyz",
+        f"  metrics and status page: http://{metrics}/metrics  http://{metrics}/",
         f"  models: {', '.join(names)}",
         "",
         "Paste into Python (pip install 'tritonclient[grpc]' numpy):",
@@ -95,11 +92,11 @@ def _banner(models: Path) -> None:
     print("\n".join(lines), flush=True)
 
 
-def _wait_ready(node: subprocess.Popen[bytes], script: str, node_file: Path) -> bool:
+def _wait_ready(node: subprocess.Popen[bytes], script: str, models: Path) -> bool:
     """Poll ``reactantserver-node healthcheck`` until it passes; False if the node exits."""
     while node.poll() is None:
         done = subprocess.run(
-            [script, "healthcheck", "--node-file", str(node_file)],
+            [script, "healthcheck", "--model-repository", str(models)],
             capture_output=True,
             check=False,
         )
@@ -122,11 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     if status != 0:
         return status
 
-    node_file = models.parent / "node.yaml"
-    node_file.write_text(NODE_FILE.format(models=models))
     script = str(args.venv / "bin" / "reactantserver-node")
-    _say(f"starting reactantserver-node --node-file {node_file}")
-    node = subprocess.Popen([script, "--node-file", str(node_file)], cwd=ROOT)
+    _say(f"starting reactantserver-node --model-repository {models}")
+    node = subprocess.Popen([script, "--model-repository", str(models)], cwd=ROOT)
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         # The node stops its children gracefully; a second signal is ignored there.
@@ -135,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, forward)
     signal.signal(signal.SIGTERM, forward)
-    if _wait_ready(node, script, node_file):
+    if _wait_ready(node, script, models):
         _banner(models)
     status = node.wait()
     if status == 0:

@@ -101,6 +101,8 @@ class NodeProcess:
             {
                 "REACTANT_GATEWAY_LISTEN_GRPC": self.url,
                 "REACTANT_GATEWAY_LISTEN_METRICS": f"127.0.0.1:{self.http_port}",
+                # REST shares the metrics port (one HTTP port, as the tests address it).
+                "REACTANT_GATEWAY_LISTEN_HTTP": f"127.0.0.1:{self.http_port}",
                 "XDG_RUNTIME_DIR": str(self.runtime_dir),
                 "PYTHONUNBUFFERED": "1",
             }

@@ -35,7 +35,11 @@ def node(
     }
     directory = tmp_path_factory.mktemp("bind")
     probe = NodeProcess(directory, settings, name="probe")  # only to pick a free HTTP port
-    env = {"REACTANT_GATEWAY_LISTEN_METRICS": f"0.0.0.0:{probe.http_port}"}
+    public_http = f"0.0.0.0:{probe.http_port}"
+    env = {
+        "REACTANT_GATEWAY_LISTEN_METRICS": public_http,
+        "REACTANT_GATEWAY_LISTEN_HTTP": public_http,
+    }
     with running_node(directory, settings, env=env) as process:
         yield process
 

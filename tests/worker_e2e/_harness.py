@@ -1,8 +1,8 @@
 """The worker end-to-end harness: a real ``reactantserver-worker`` process and client helpers.
 
 Everything here drives the worker from outside, as an operator and a stock client would: the
-worker runs as ``python -m reactantserver.worker --model-repo REPO`` with its ports set through
-the environment, and requests go through ``tritonclient.grpc`` (or its generated stubs for
+worker runs as ``python -m reactantserver.worker --model-repository REPO`` with its ports set
+through the environment, and requests go through ``tritonclient.grpc`` (or its generated stubs for
 requests the high-level client refuses to build).
 """
 
@@ -65,8 +65,15 @@ def stop_process(proc: subprocess.Popen[bytes] | None) -> int | None:
 class WorkerProcess:
     """One ``reactantserver-worker`` subprocess with its own ports and a captured log."""
 
-    def __init__(self, repo: Path, log: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        repo: Path,
+        log: Path,
+        env: Mapping[str, str] | None = None,
+        args: Sequence[str] = (),
+    ) -> None:
         self.repo = repo
+        self.args = tuple(args)
         self.log = log
         self.grpc_port = free_port()
         self.http_port = free_port()
@@ -87,11 +94,20 @@ class WorkerProcess:
             {
                 "INFERENCE_SERVER_ENDPOINTS_PORT": str(self.grpc_port),
                 "INFERENCE_SERVER_ENDPOINTS_METRICS_PORT": str(self.http_port),
+                # REST shares the metrics port (one HTTP port, as the tests address it).
+                "INFERENCE_SERVER_ENDPOINTS_HTTP_PORT": "0",
                 "PYTHONUNBUFFERED": "1",
             }
         )
         env.update(self.env)
-        command = [sys.executable, "-m", "reactantserver.worker", "--model-repo", str(self.repo)]
+        command = [
+            sys.executable,
+            "-m",
+            "reactantserver.worker",
+            "--model-repository",
+            str(self.repo),
+            *self.args,
+        ]
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
@@ -183,10 +199,11 @@ def wait_server_ready(
 
 @contextlib.contextmanager
 def running_worker(
-    repo: Path, log: Path, env: Mapping[str, str] | None = None
+    repo: Path, log: Path, env: Mapping[str, str] | None = None, args: Sequence[str] = ()
 ) -> Iterator[WorkerProcess]:
-    """A ready worker on ``repo``; on exit it is stopped and must have exited with 0."""
-    process = WorkerProcess(repo, log, env)
+    """A ready worker on ``repo`` (``args``: extra flags); on exit it is stopped and must have
+    exited with 0."""
+    process = WorkerProcess(repo, log, env, args)
     process.start()
     try:
         process.wait_ready()

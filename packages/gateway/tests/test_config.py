@@ -243,13 +243,13 @@ def test_model_overrides_and_helpers() -> None:
 
 def test_every_problem_is_one_line_with_its_key_path() -> None:
     data = {
-        "listen": {"grpc": "x", "http": "y"},
+        "listen": {"grpc": "x", "rest": "y"},
         "scheduling": {"mode": "lpt", "model_aware": {"cold_load_penalty": 0, "network_secs": {}}},
         "helth": {},
     }
     assert _error(data) == [
         "helth: unknown key (did you mean health?)",
-        "listen.http: unknown key",
+        "listen.rest: unknown key",
         'listen.grpc: must be "host:port" (IPv6 as "[::1]:port") with a port in [0, 65535], '
         "got string 'x'",
         "scheduling.mode: must be one of round_robin, lpt_packing, model_aware, got string 'lpt'",

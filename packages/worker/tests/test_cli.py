@@ -37,10 +37,30 @@ def test_missing_model_repo_is_a_configuration_error(
 
 
 def test_model_repo_and_node_file_are_exclusive(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _cli.main(["--model-repository", "a", "--node-file", "b"]) == 2
+    assert "mutually exclusive" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--load-model", "m"], "--load-model needs --model-control-mode explicit"),
+        (["--model-control-mode", "explicit", "--load-model", "*"], "--load-model: name a model"),
+        (["--grpc-port", "9000", "--http-port", "9000"], "endpoints.http_port: must differ"),
+    ],
+)
+def test_bad_flags_are_configuration_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert _cli.main(["--model-repository", str(tmp_path), *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_port_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
-        _cli.main(["--model-repo", "a", "--node-file", "b"])
+        _cli.main(["--model-repository", ".", "--grpc-port", "70000"])
     assert exited.value.code == 2
-    assert "not allowed with argument" in capsys.readouterr().err
+    assert "must be in [0, 65535]" in capsys.readouterr().err
 
 
 def test_bad_environment_override_names_the_variable(
@@ -87,6 +107,7 @@ def test_configuration_warnings_are_logged_in_the_configured_format(tmp_path: Pa
             **os.environ,
             "INFERENCE_SERVER_ENDPOINTS_PORT": str(squatter.getsockname()[1]),
             "INFERENCE_SERVER_ENDPOINTS_METRICS_PORT": "0",
+            "INFERENCE_SERVER_ENDPOINTS_HTTP_PORT": "0",
             "INFERENCE_SERVER_LOGGING_FORMAT": "json",
             "INFERENCE_SERVER_RUNTIME_SHARED_HOST_WEIGHTS_MODE": "666",
             "INFERENCE_SERVER_CACHE_DIR": str(tmp_path / "cache"),

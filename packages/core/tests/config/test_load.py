@@ -118,13 +118,14 @@ def test_env_overrides_apply_to_the_node_worker(
     assert "INFERENCE_SERVER_SCHEDULER_DISCIPLINE" in caplog.text
 
 
-# ---- reactantserver-worker --model-repo DIR ---------------------------------------------------
+# ---- reactantserver-worker --model-repository DIR -----------------------------------------------
 
 
 def test_standalone_model_repo(tmp_path: Path) -> None:
     loaded = load_worker_config(model_repo=tmp_path, env=ENV)
     assert loaded.model_dirs == (str(tmp_path),)
-    assert (loaded.endpoints.port, loaded.endpoints.metrics_port) == (8001, 8002)
+    endpoints = loaded.endpoints
+    assert (endpoints.http_port, endpoints.port, endpoints.metrics_port) == (8000, 8001, 8002)
     assert (STANDALONE_GRPC_PORT, STANDALONE_METRICS_PORT) == (8001, 8002)
     assert loaded.endpoints.host == "127.0.0.1"
     assert loaded.worker_name is None

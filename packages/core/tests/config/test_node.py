@@ -51,13 +51,16 @@ TWO = [{"name": "w0"}, {"name": "w1"}]
 
 def test_node_defaults() -> None:
     parsed = node()
-    assert parsed == NodeConfig(model_repo="/models")
+    assert parsed == NodeConfig(model_repo=("/models",))
     assert (parsed.base_port, parsed.metrics_base_port) == (8080, 9100)
     assert parsed.workers is None
     assert (parsed.global_settings, parsed.models, parsed.gateway) == ({}, {}, {})
     assert parsed.shared_host_weights is None
     assert (parsed.gpus, parsed.cpu_workers, parsed.role) == ("auto", 1, Role.ALL)
-    assert parsed.listen == ListenConfig(grpc="0.0.0.0:8001", metrics="0.0.0.0:8002")
+    assert parsed.listen == ListenConfig(
+        http="0.0.0.0:8000", grpc="0.0.0.0:8001", metrics="0.0.0.0:8002"
+    )
+    assert parsed.model_repo == ("/models",)
     assert parsed.supervisor == SupervisorConfig(
         max_restarts=0,
         stable_uptime_seconds=60.0,
@@ -90,7 +93,9 @@ def test_model_repo_is_required_and_non_empty() -> None:
         ({"role": "everything"}, "role"),
         ({"listen": {"grpc": "8001"}}, "listen.grpc"),
         ({"listen": {"metrics": "0.0.0.0:0"}}, "listen.metrics"),
-        ({"listen": {"http": "0.0.0.0:8002"}}, "listen.http"),
+        ({"listen": {"http": "8000"}}, "listen.http"),
+        ({"listen": {"rest": "0.0.0.0:8000"}}, "listen.rest"),
+        ({"model_repo": ["/models", ""]}, "model_repo[1]"),
         ({"supervisor": {"restarts": 1}}, "supervisor.restarts"),
         ({"supervisor": {"max_restarts": -1}}, "supervisor.max_restarts"),
         ({"supervisor": {"stable_uptime_seconds": 0}}, "supervisor.stable_uptime_seconds"),

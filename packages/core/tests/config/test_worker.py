@@ -104,6 +104,7 @@ SPEC_DEFAULTS: list[tuple[str, object]] = [
     ("meta.expose_sub_models", False),
     ("endpoints.host", "127.0.0.1"),
     ("endpoints.port", 8080),
+    ("endpoints.http_port", 0),
     ("endpoints.metrics_port", 0),
     ("endpoints.max_concurrent_requests", 64),
     ("endpoints.control_service", True),
@@ -198,6 +199,7 @@ REJECTED: list[tuple[str, object]] = [
     ("endpoints.port", 0),
     ("endpoints.port", 65536),
     ("endpoints.metrics_port", -1),
+    ("endpoints.http_port", 65536),
     ("endpoints.metrics_port", 65536),
     ("endpoints.max_concurrent_requests", -1),
     ("grpc.max_recv_msg_bytes", 0),
@@ -407,6 +409,14 @@ def test_poll_interval_must_be_positive_when_dynamic() -> None:
             {"model_control_mode": mode, "model_poll_seconds": 0}, ENV
         )
         assert loaded.model_poll_seconds == 0.0
+
+
+def test_http_port_must_differ_from_port_and_may_share_the_metrics_port() -> None:
+    message = reject({"endpoints": {"port": 9000, "http_port": 9000}})
+    assert message.startswith("endpoints.http_port: must differ from endpoints.port")
+    shared = {"port": 9000, "http_port": 9001, "metrics_port": 9001}
+    loaded = worker_config_from_mapping({"endpoints": shared}, ENV)
+    assert (loaded.endpoints.http_port, loaded.endpoints.metrics_port) == (9001, 9001)
 
 
 def test_metrics_port_must_differ_from_port() -> None:

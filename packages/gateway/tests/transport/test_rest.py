@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
@@ -303,3 +304,27 @@ def test_backend_refuses_streaming_and_unknown_methods() -> None:
         assert live == pb.ServerLiveResponse(live=True)
 
     run([2.0], check)
+
+
+def test_a_rest_listener_of_its_own_serves_rest_and_probes_but_no_metrics() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        rest_port = probe.getsockname()[1]
+    listen = {"http": f"127.0.0.1:{rest_port}", "grpc": "127.0.0.1:0", "metrics": "127.0.0.1:0"}
+
+    async def check(
+        session: aiohttp.ClientSession, base: str, server: GatewayServer, _: list[FakeWorker]
+    ) -> None:
+        assert server.http_port == rest_port != server.metrics_port
+        assert base == f"http://127.0.0.1:{rest_port}"
+        status, y = await infer(session, base, np.ones((2, 4), np.float32))
+        assert status == 200, y
+        for path, code in (("/v2/health/ready", 200), ("/readyz", 200), ("/metrics", 404)):
+            async with session.get(f"{base}{path}") as reply:
+                assert reply.status == code, path
+        metrics = f"http://127.0.0.1:{server.metrics_port}"
+        for path, code in (("/metrics", 200), ("/status", 200), ("/v2/health/ready", 404)):
+            async with session.get(f"{metrics}{path}") as reply:
+                assert reply.status == code, path
+
+    run([1.0], check, listen=listen)

@@ -120,9 +120,11 @@ class GatewayServer:
             ready=self.service.ready,
         )
         self.grpc_port = 0
+        #: The port serving KServe REST (``listen.http``, else the metrics port).
         self.http_port = 0
+        self.metrics_port = 0
         self._server: GrpcFront | None = None
-        self._http: web.AppRunner | None = None
+        self._runners: list[web.AppRunner] = []
         self._stopped = False
 
     def _after_round(self) -> None:
@@ -159,25 +161,44 @@ class GatewayServer:
         self.discovery.start()
         host, port = split_address(config.listen.metrics)
         targets = list(zip(config.worker_labels, config.metrics_endpoints, strict=False))
-        self._http = await start_http(
+        separate = config.listen.separate_http
+        rest = GatewayRestBackend(self.service)
+        runner = await start_http(
             gateway_http_app(
                 metrics=self.metrics,
                 scrape_targets=targets,
                 ready=self.service.ready,
-                rest=GatewayRestBackend(self.service),
+                rest=None if separate else rest,
                 max_body_bytes=config.grpc.max_recv_msg_bytes,
                 status=self.status,
             ),
             host,
             port,
         )
-        self.http_port = _bound_port(self._http, port)
+        self._runners.append(runner)
+        self.metrics_port = self.http_port = _bound_port(runner, port)
+        if separate:
+            rest_host, rest_port = split_address(config.listen.http)
+            runner = await start_http(
+                gateway_http_app(
+                    metrics=None,
+                    scrape_targets=(),
+                    ready=self.service.ready,
+                    rest=rest,
+                    max_body_bytes=config.grpc.max_recv_msg_bytes,
+                ),
+                rest_host,
+                rest_port,
+            )
+            self._runners.append(runner)
+            self.http_port = _bound_port(runner, rest_port)
         _log.info(
-            "listening grpc=%s (port %d) http=%s:%d workers=%s mode=%s",
+            "listening grpc=%s (port %d) http=%d metrics=%s:%d workers=%s mode=%s",
             address,
             self.grpc_port,
-            host,
             self.http_port,
+            host,
+            self.metrics_port,
             ",".join(config.endpoints),
             self.policy.mode,
         )
@@ -193,8 +214,8 @@ class GatewayServer:
         await self.discovery.stop()
         if self._server is not None:
             await self._server.stop(SHUTDOWN_GRACE_SECONDS)
-        if self._http is not None:
-            await self._http.cleanup()
+        for runner in self._runners:
+            await runner.cleanup()
         await asyncio.gather(*(link.close() for link in self.links))
         _log.info("shutdown: done")
 

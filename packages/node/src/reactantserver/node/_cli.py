@@ -21,14 +21,20 @@ import yaml
 from reactantserver.core.config import (
     DEFAULT_NODE_FILE,
     NODE_FILE_VARIABLE,
+    NodeConfig,
+    add_triton_arguments,
     env_override_variables,
     load_node_config,
+    node_config_from_mapping,
+    node_worker_configs,
+    port_flags,
+    worker_key_flags,
 )
 from reactantserver.core.errors import ConfigError
 from reactantserver.node import __version__
 from reactantserver.node._health import healthcheck, readiness_urls
 from reactantserver.node._logmux import LogMux
-from reactantserver.node._overrides import apply_overrides
+from reactantserver.node._overrides import apply_flags, apply_overrides
 from reactantserver.node._plan import NodePlan, materialized_documents, plan_node
 from reactantserver.node._supervisor import Supervisor
 
@@ -56,22 +62,57 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         help=f"node file (default ${NODE_FILE_VARIABLE}, else {DEFAULT_NODE_FILE})",
     )
+    add_triton_arguments(parser)
     parser.add_argument("--role", help="all | workers | gateway (overrides REACTANT_ROLE)")
     parser.add_argument("--gpus", help="device count or comma list (overrides REACTANT_GPUS)")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
 
 
-def _node_file(flag: Path | None, env: Mapping[str, str]) -> Path:
+def _node_file(flag: Path | None, env: Mapping[str, str]) -> Path | None:
+    """The node file to read; ``None`` when there is none to read and none was named.
+
+    Without ``--node-file`` and ``$REACTANT_NODE_FILE``, the default file is optional when
+    ``--model-repository`` says what to serve (then the node runs on the defaults).
+    """
     if flag is not None:
         return flag
-    return Path(env.get(NODE_FILE_VARIABLE, "").strip() or DEFAULT_NODE_FILE)
+    named = env.get(NODE_FILE_VARIABLE, "").strip()
+    if named:
+        return Path(named)
+    return DEFAULT_NODE_FILE if DEFAULT_NODE_FILE.is_file() else None
+
+
+def _load(args: argparse.Namespace, env: Mapping[str, str]) -> NodeConfig:
+    repositories = args.model_repository or []
+    for directory in repositories:
+        if not directory.is_dir():
+            raise ConfigError(f"--model-repository: {directory} is not a directory")
+    path = _node_file(args.node_file, env)
+    if path is None and not repositories:
+        raise ConfigError(
+            f"no node file ({DEFAULT_NODE_FILE} does not exist): give --model-repository DIR, "
+            f"--node-file or ${NODE_FILE_VARIABLE}"
+        )
+    if path is None:
+        data = {"model_repo": [str(directory) for directory in repositories]}
+        node = node_config_from_mapping(data, env)
+    else:
+        node = load_node_config(path, env)
+    node = apply_overrides(node, env, role=args.role, gpus=args.gpus)
+    node = apply_flags(
+        node,
+        model_repository=repositories,
+        ports=port_flags(args),
+        worker_flags=worker_key_flags(args),
+    )
+    # Flags may change worker keys: check every worker again before anything starts.
+    node_worker_configs(node, env, quiet=True)
+    return node
 
 
 def _plan(args: argparse.Namespace, env: Mapping[str, str], *, write: bool) -> NodePlan:
-    node = load_node_config(_node_file(args.node_file, env), env)
-    node = apply_overrides(node, env, role=args.role, gpus=args.gpus)
-    return plan_node(node, env, write=write)
+    return plan_node(_load(args, env), env, write=write)
 
 
 #: The environment variable of ``logging.format`` (the one the children read too).
@@ -94,7 +135,10 @@ def _supervise(plan: NodePlan, env: Mapping[str, str]) -> int:
         plan.children, plan.node.supervisor, mux, role=plan.node.role.value, notes=plan.notes
     )
     if plan.public_grpc is not None:
-        mux.supervisor(f"public gRPC {plan.public_grpc}, HTTP {plan.public_metrics}")
+        mux.supervisor(
+            f"public REST {plan.public_http}, gRPC {plan.public_grpc}, "
+            f"metrics {plan.public_metrics}"
+        )
     return asyncio.run(supervisor.run())
 
 

@@ -77,7 +77,8 @@ def materialize_gateway(
     would refuse.
     """
     data: dict[str, Any] = _plain(node.gateway)
-    data["listen"] = {"grpc": node.listen.grpc, "metrics": node.listen.metrics}
+    listen = node.listen
+    data["listen"] = {"http": listen.http, "grpc": listen.grpc, "metrics": listen.metrics}
     data["endpoints"] = [format_address(w.host, w.grpc_port) for w in workers]
     if workers and all(w.http_port for w in workers):
         data["metrics_endpoints"] = [format_address(w.host, w.http_port) for w in workers]

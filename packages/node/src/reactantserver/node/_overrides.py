@@ -7,12 +7,14 @@ empty variable counts as unset, except ``REACTANT_GPUS``, where it is an error.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Final
+import copy
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
 
 import attrs
 
-from reactantserver.core.config import NodeConfig, Role, check_address
+from reactantserver.core.config import FlagValue, NodeConfig, Role, check_address, set_path
 from reactantserver.core.errors import ConfigError
 from reactantserver.node._devices import GPUS_VARIABLE, parse_gpu_spec
 
@@ -21,16 +23,19 @@ __all__ = [
     "GPUS_FLAG",
     "GPUS_VARIABLE",
     "LISTEN_GRPC_VARIABLE",
+    "LISTEN_HTTP_VARIABLE",
     "LISTEN_METRICS_VARIABLE",
     "MAX_RESTARTS_VARIABLE",
     "ROLE_FLAG",
     "ROLE_VARIABLE",
+    "apply_flags",
     "apply_overrides",
 ]
 
 ROLE_VARIABLE: Final = "REACTANT_ROLE"
 CPU_WORKERS_VARIABLE: Final = "REACTANT_CPU_WORKERS"
 MAX_RESTARTS_VARIABLE: Final = "REACTANT_SUPERVISOR_MAX_RESTARTS"
+LISTEN_HTTP_VARIABLE: Final = "REACTANT_GATEWAY_LISTEN_HTTP"
 LISTEN_GRPC_VARIABLE: Final = "REACTANT_GATEWAY_LISTEN_GRPC"
 LISTEN_METRICS_VARIABLE: Final = "REACTANT_GATEWAY_LISTEN_METRICS"
 ROLE_FLAG: Final = "--role"
@@ -77,7 +82,7 @@ def apply_overrides(
     """``node`` with ``--role``/``--gpus`` and the ``REACTANT_*`` supervisor variables applied.
 
     Flags win over variables, variables over the file. Covers ``role``, ``gpus``,
-    ``cpu_workers``, ``supervisor.max_restarts`` and ``listen.grpc``/``listen.metrics``.
+    ``cpu_workers``, ``supervisor.max_restarts`` and ``listen.*``.
     """
     changes: dict[str, object] = {}
     if role is not None:
@@ -94,6 +99,8 @@ def apply_overrides(
         restarts = _int_at_least(value, MAX_RESTARTS_VARIABLE, 0)
         changes["supervisor"] = attrs.evolve(node.supervisor, max_restarts=restarts)
     listen = node.listen
+    if (value := _set(env, LISTEN_HTTP_VARIABLE)) is not None:
+        listen = attrs.evolve(listen, http=_address(value, LISTEN_HTTP_VARIABLE))
     if (value := _set(env, LISTEN_GRPC_VARIABLE)) is not None:
         listen = attrs.evolve(listen, grpc=_address(value, LISTEN_GRPC_VARIABLE))
     if (value := _set(env, LISTEN_METRICS_VARIABLE)) is not None:
@@ -101,3 +108,39 @@ def apply_overrides(
     if listen != node.listen:
         changes["listen"] = listen
     return attrs.evolve(node, **changes) if changes else node  # type: ignore[arg-type]
+
+
+def _with_port(address: str, port: int) -> str:
+    host, _, _ = address.rpartition(":")
+    return f"{host}:{port}"
+
+
+def apply_flags(
+    node: NodeConfig,
+    *,
+    model_repository: Sequence[Path] = (),
+    ports: Mapping[str, int] | None = None,
+    worker_flags: Sequence[FlagValue] = (),
+) -> NodeConfig:
+    """``node`` with Triton's flags applied; they win over the file and the environment.
+
+    ``--model-repository`` replaces ``model_repo``; ``--http-port``, ``--grpc-port`` and
+    ``--metrics-port`` replace the port of ``listen.http``/``grpc``/``metrics`` (the host
+    stays); the worker keys (``--model-control-mode``, ``--load-model``, ``--log-format``)
+    are set in ``global:``, for every worker.
+    """
+    changes: dict[str, Any] = {}
+    if model_repository:
+        changes["model_repo"] = tuple(str(directory) for directory in model_repository)
+    if ports:
+        addresses = {role: _with_port(getattr(node.listen, role), p) for role, p in ports.items()}
+        for role, address in addresses.items():
+            if (problem := check_address(address)) is not None:
+                raise ConfigError(f"--{role}-port: {problem}, got {address!r}")
+        changes["listen"] = attrs.evolve(node.listen, **addresses)
+    if worker_flags:
+        settings = copy.deepcopy(dict(node.global_settings))
+        for flag in worker_flags:
+            set_path(settings, flag.path, flag.value)
+        changes["global_settings"] = settings
+    return attrs.evolve(node, **changes) if changes else node

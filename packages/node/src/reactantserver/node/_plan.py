@@ -25,6 +25,7 @@ from reactantserver.core.config import (
     WORKER_NAME_VARIABLE,
     WORKER_THREADS_VARIABLE,
     Backend,
+    ListenConfig,
     NodeConfig,
     Role,
     WorkerConfig,
@@ -72,6 +73,7 @@ _RUNTIME_SUBDIR: Final = "reactantserver"
 _SYSTEM_RUNTIME_DIR: Final = Path("/run")
 _HOST_VARIABLE: Final = "INFERENCE_SERVER_ENDPOINTS_HOST"
 _PORT_VARIABLE: Final = "INFERENCE_SERVER_ENDPOINTS_PORT"
+_HTTP_PORT_VARIABLE: Final = "INFERENCE_SERVER_ENDPOINTS_HTTP_PORT"
 _METRICS_PORT_VARIABLE: Final = "INFERENCE_SERVER_ENDPOINTS_METRICS_PORT"
 
 
@@ -84,7 +86,8 @@ class NodePlan:
     and ``gateway_file`` are the files they read (``None`` when unused); ``gateway_config`` is
     the materialized gateway mapping (``None`` with ``REACTANT_GATEWAY_FILE``); ``threads`` is
     each worker's ``REACTANT_WORKER_THREADS``; ``notes`` are warnings for the supervisor to log;
-    ``public_grpc``/``public_metrics`` are the public addresses (``None`` for role workers).
+    ``public_http``/``public_grpc``/``public_metrics`` are the public addresses (``None`` for
+    role workers).
     """
 
     node: NodeConfig
@@ -95,6 +98,7 @@ class NodePlan:
     devices: DeviceSelection
     threads: str
     notes: tuple[str, ...] = ()
+    public_http: str | None = None
     public_grpc: str | None = None
     public_metrics: str | None = None
 
@@ -146,6 +150,7 @@ def _plan_workers(
     sole = role is Role.ALL and len(layout.workers) == 1
     grpc_host, grpc_port = split_address(node.listen.grpc)
     _, metrics_port = split_address(node.listen.metrics)
+    _, http_port = split_address(node.listen.http)
     planned = []
     for entry, selector in zip(layout.workers, layout.selectors, strict=True):
         child = dict(env)
@@ -159,6 +164,7 @@ def _plan_workers(
             child[_HOST_VARIABLE] = grpc_host
             child[_PORT_VARIABLE] = str(grpc_port)
             child[_METRICS_PORT_VARIABLE] = str(metrics_port)
+            child[_HTTP_PORT_VARIABLE] = str(http_port)
         elif role is Role.ALL:
             child[_HOST_VARIABLE] = LOOPBACK
         config = resolve_worker_config(node, entry.name, child, quiet=True)
@@ -193,8 +199,12 @@ def _check_resolved_ports(workers: list[_Worker], node: NodeConfig) -> None:
             seen[port] = label
 
 
-def _public_collisions(workers: list[_Worker], grpc: str, metrics: str) -> list[str]:
-    public = {split_address(grpc)[1]: "gRPC", split_address(metrics)[1]: "HTTP"}
+def _public_collisions(workers: list[_Worker], http: str, grpc: str, metrics: str) -> list[str]:
+    public = {
+        split_address(http)[1]: "REST",
+        split_address(grpc)[1]: "gRPC",
+        split_address(metrics)[1]: "metrics",
+    }
     notes = []
     for worker in workers:
         endpoints = worker.config.endpoints
@@ -204,6 +214,19 @@ def _public_collisions(workers: list[_Worker], grpc: str, metrics: str) -> list[
                     f"worker {worker.name}'s {kind} port {port} is also the public "
                     f"{public[port]} port; change base_port/metrics_base_port or listen.*"
                 )
+    return notes
+
+
+def _sole_worker_host_notes(listen: ListenConfig) -> list[str]:
+    grpc_host = split_address(listen.grpc)[0]
+    notes = []
+    for key, other in (("http", listen.http), ("metrics", listen.metrics)):
+        other_host = split_address(other)[0]
+        if other_host != grpc_host:
+            notes.append(
+                f"the sole worker binds one host for all its ports: {grpc_host} from "
+                f"listen.grpc; the host of listen.{key} ({other_host}) is not used"
+            )
     return notes
 
 
@@ -296,18 +319,15 @@ def plan_node(
     runs_workers = role is not Role.GATEWAY
     node_file = directory / NODE_FILE_NAME if runs_workers else None
     children = [_worker_child(w, node, node_file) for w in workers if node_file is not None]
+    public_http: str | None = None
     public_grpc: str | None = None
     public_metrics: str | None = None
     gateway_file: Path | None = None
     gateway_data: dict[str, Any] | None = None
     if role is Role.ALL and len(workers) == 1:
-        public_grpc, public_metrics = node.listen.grpc, node.listen.metrics
-        grpc_host, metrics_host = (split_address(a)[0] for a in (public_grpc, public_metrics))
-        if grpc_host != metrics_host:
-            notes.append(
-                f"the sole worker binds one host for gRPC and HTTP: {grpc_host} from "
-                f"listen.grpc; the host of listen.metrics ({metrics_host}) is not used"
-            )
+        listen = node.listen
+        public_http, public_grpc, public_metrics = listen.http, listen.grpc, listen.metrics
+        notes += _sole_worker_host_notes(listen)
     elif role is Role.GATEWAY or (role is Role.ALL and len(workers) >= 2):
         gateway_env = _gateway_env(env)
         if gateway_file_env:
@@ -320,7 +340,8 @@ def plan_node(
             )
             config = validate_gateway(gateway_data, gateway_env, source=node.source)
         public_grpc, public_metrics = config.listen.grpc, config.listen.metrics
-        notes += _public_collisions(workers, public_grpc, public_metrics)
+        public_http = config.listen.http or public_metrics
+        notes += _public_collisions(workers, public_http, public_grpc, public_metrics)
         children.append(_gateway_child(node, gateway_env, gateway_file, config))
     if runs_workers:
         notes += _cache_note(workers, forced_cpu)
@@ -338,6 +359,7 @@ def plan_node(
         devices=devices,
         threads=threads,
         notes=tuple(notes),
+        public_http=public_http,
         public_grpc=public_grpc,
         public_metrics=public_metrics,
     )

@@ -1,9 +1,11 @@
 """Command-line entry point of ``reactantserver-worker`` (also ``python -m reactantserver.worker``).
 
-``--model-repo DIR`` serves one directory standalone on 8001/8002; ``--node-file F --worker
-NAME`` serves one entry of a node file. Every key can be overridden from the environment
-. Exit status: 0 after a clean shutdown, 1 when the device cannot be used
-or start-up fails, 2 for a configuration error.
+``--model-repository DIR`` (repeatable) serves directories standalone on Triton's ports (REST
+8000, gRPC 8001, metrics 8002); ``--node-file F --worker NAME`` serves one entry of a node file.
+Every key can be overridden from the environment, and Triton's flags (``--grpc-port``,
+``--http-port``, ``--metrics-port``, ``--model-control-mode``, ``--load-model``,
+``--log-format``) win over both. Exit status: 0 after a clean shutdown, 1 when the device
+cannot be used or start-up fails, 2 for a configuration error.
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ from pathlib import Path
 
 import uvloop
 
-from reactantserver.core.config import WorkerConfig, load_worker_config
+from reactantserver.core.config import (
+    WorkerConfig,
+    add_triton_arguments,
+    load_worker_config,
+    port_flags,
+    worker_key_flags,
+)
 from reactantserver.core.errors import ConfigError
 from reactantserver.core.logs import configure_logging, die_with_parent, hold_records, print_held
 from reactantserver.worker import __version__
@@ -34,9 +42,8 @@ _log = logging.getLogger("reactantserver.worker")
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=_PROG, description="Serve StableHLO model bundles.")
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--model-repo", type=Path, help="serve this directory standalone")
-    source.add_argument("--node-file", type=Path, help="node file (default $REACTANT_NODE_FILE)")
+    add_triton_arguments(parser)
+    parser.add_argument("--node-file", type=Path, help="node file (default $REACTANT_NODE_FILE)")
     parser.add_argument("--worker", help="the node-file worker to serve ($REACTANT_WORKER_NAME)")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
@@ -44,7 +51,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def _config(args: argparse.Namespace) -> WorkerConfig:
     config = load_worker_config(
-        node_file=args.node_file, worker=args.worker, model_repo=args.model_repo, env=os.environ
+        node_file=args.node_file,
+        worker=args.worker,
+        model_repo=args.model_repository,
+        ports=port_flags(args),
+        flags=worker_key_flags(args),
+        env=os.environ,
     )
     for directory in config.model_dirs:
         if not Path(directory).is_dir():

@@ -161,9 +161,11 @@ class WorkerServer:
         self.metrics = WorkerMetrics(self.state)
         self.health = HealthTracker(self.state.ready)
         self.grpc_port = 0
+        #: The port serving KServe REST (``endpoints.http_port``, else the metrics port).
         self.http_port = 0
+        self.metrics_port = 0
         self._server: GrpcFront | None = None
-        self._http: web.AppRunner | None = None
+        self._runners: list[web.AppRunner] = []
         self._booted: asyncio.Future[None] | None = None
         self._stopped = False
         self.lane: LaneServer | None = None
@@ -198,20 +200,30 @@ class WorkerServer:
         if config.endpoints.lane and tls is None:
             self.lane = await self._open_lane(service)
         await self.health.start()
-        if config.endpoints.metrics_port:
-            self._http = await start_http(
-                http_app(self.state, self.metrics, service),
-                config.endpoints.host,
-                config.endpoints.metrics_port,
-            )
-            self.http_port = config.endpoints.metrics_port
+        await self._open_http(service)
         _log.info(
-            "listening grpc=%s http=%s tls=%s",
+            "listening grpc=%s http=%s metrics=%s tls=%s",
             address,
             self.http_port or "off",
+            self.metrics_port or "off",
             tls is not None,
         )
         self._booted = self._boot_in_thread()
+
+    async def _open_http(self, service: InferenceService) -> None:
+        """The metrics port, and the REST port when it is a port of its own."""
+        endpoints = self.config.endpoints
+        separate = endpoints.http_port not in (0, endpoints.metrics_port)
+        if endpoints.metrics_port:
+            app = http_app(self.state, self.metrics, service, rest=not separate)
+            self._runners.append(await start_http(app, endpoints.host, endpoints.metrics_port))
+            self.metrics_port = endpoints.metrics_port
+            if not separate:
+                self.http_port = endpoints.metrics_port
+        if separate:
+            app = http_app(self.state, None, service)
+            self._runners.append(await start_http(app, endpoints.host, endpoints.http_port))
+            self.http_port = endpoints.http_port
 
     async def _open_lane(self, service: InferenceService) -> LaneServer | None:
         grpc_config = self.config.grpc
@@ -287,8 +299,8 @@ class WorkerServer:
         await asyncio.gather(*waits)
         if self.lane is not None:
             await self.lane.close()
-        if self._http is not None:
-            await self._http.cleanup()
+        for runner in self._runners:
+            await runner.cleanup()
         if runtime is not None:
             runtime.pool.shutdown(wait=False, cancel_futures=True)
             if self._booted is not None and self._booted.done():

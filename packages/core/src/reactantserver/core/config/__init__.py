@@ -20,7 +20,7 @@ The engine is shared: another distribution's file (the gateway's) declares its s
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -41,6 +41,12 @@ from reactantserver.core.config._env import (
 from reactantserver.core.config._env import PendingOverride as Override
 from reactantserver.core.config._fields import ENV_ONLY_KEY, setting
 from reactantserver.core.config._file import structure_file
+from reactantserver.core.config._flags import (
+    FlagValue,
+    add_triton_arguments,
+    port_flags,
+    worker_key_flags,
+)
 from reactantserver.core.config._keys import REMOVED_KEYS, KeyRules, iter_leaf_fields
 from reactantserver.core.config._node import (
     AUTO_GPUS,
@@ -98,12 +104,14 @@ __all__ = [
     "NODE_FILE_VARIABLE",
     "REMOVED_KEYS",
     "STANDALONE_GRPC_PORT",
+    "STANDALONE_HTTP_PORT",
     "STANDALONE_METRICS_PORT",
     "WORKER_NAME_VARIABLE",
     "WORKER_THREADS_VARIABLE",
     "Backend",
     "EndpointsConfig",
     "EnvOverride",
+    "FlagValue",
     "GpuSpec",
     "GrpcConfig",
     "KeyRules",
@@ -128,6 +136,7 @@ __all__ = [
     "TlsConfig",
     "WorkerConfig",
     "WorkerEntry",
+    "add_triton_arguments",
     "check_address",
     "config_error",
     "env_alias_variables",
@@ -140,17 +149,21 @@ __all__ = [
     "node_config_to_dict",
     "node_worker_configs",
     "parse_env_setting",
+    "port_flags",
     "resolve_cache_dir",
     "resolve_worker_config",
+    "set_path",
     "setting",
     "structure_file",
     "synthesize_workers",
     "worker_config_from_mapping",
     "worker_config_to_dict",
     "worker_entries",
+    "worker_key_flags",
 ]
 
-#: Ports of a standalone worker (``--model-repo DIR``): the node's public ports.
+#: Ports of a standalone worker (``--model-repository DIR``): Triton's, the node's public ports.
+STANDALONE_HTTP_PORT: Final = 8000
 STANDALONE_GRPC_PORT: Final = 8001
 STANDALONE_METRICS_PORT: Final = 8002
 
@@ -217,26 +230,36 @@ def load_worker_config(
     *,
     node_file: Path | None = None,
     worker: str | None = None,
-    model_repo: Path | None = None,
+    model_repo: Path | Sequence[Path] | None = None,
+    ports: Mapping[str, int] | None = None,
+    flags: Sequence[FlagValue] = (),
     env: Mapping[str, str],
 ) -> WorkerConfig:
     """The configuration of this worker process, from its command line and environment.
 
-    - ``model_repo`` (``--model-repo DIR``): standalone; defaults, ``model_dirs = [DIR]`` and
-      the public ports 8001/8002. Exclusive with ``node_file``.
+    - ``model_repo`` (``--model-repository DIR``, one or several): standalone; defaults,
+      ``model_dirs`` = the directories and Triton's ports: REST 8000, gRPC 8001, metrics 8002.
+      Exclusive with ``node_file``.
     - otherwise a node file (``node_file``, else ``$REACTANT_NODE_FILE``, else
       ``/etc/reactantserver/node.yaml``) and the entry named ``worker``, else
       ``$REACTANT_WORKER_NAME``; without a name the file must imply exactly one worker.
+
+    ``ports`` (``--http-port``, ``--grpc-port``, ``--metrics-port`` by role, see
+    :func:`port_flags`) and ``flags`` apply last: a command-line value wins over the file and
+    the environment.
     """
     name = worker or _env_value(env, WORKER_NAME_VARIABLE)
+    flags = [*flags, *_port_values(ports or {})]
     if model_repo is not None:
         if node_file is not None:
-            raise ConfigError("--model-repo and --node-file are mutually exclusive")
+            raise ConfigError("--model-repository and --node-file are mutually exclusive")
+        directories = [model_repo] if isinstance(model_repo, Path) else list(model_repo)
         raw: dict[str, Any] = {}
-        set_path(raw, ("model_dirs",), [str(model_repo)])
+        set_path(raw, ("model_dirs",), [str(directory) for directory in directories])
+        set_path(raw, ("endpoints", "http_port"), STANDALONE_HTTP_PORT)
         set_path(raw, ("endpoints", "port"), STANDALONE_GRPC_PORT)
         set_path(raw, ("endpoints", "metrics_port"), STANDALONE_METRICS_PORT)
-        return finish_worker_config(raw, {}, env, worker_name=name)
+        return finish_worker_config(raw, {}, env, worker_name=name, flags=flags)
     path = node_file or Path(_env_value(env, NODE_FILE_VARIABLE) or DEFAULT_NODE_FILE)
     node = _parse_node(top_level_mapping(load_yaml_file(path), "node file"), source=path)
     if name is None:
@@ -248,7 +271,17 @@ def load_worker_config(
                 f"{WORKER_NAME_VARIABLE}"
             )
         name = entries[0].name
-    return resolve_worker_config(node, name, env)
+    return resolve_worker_config(node, name, env, flags=flags)
+
+
+_PORT_KEYS: Final = {"http": "http_port", "grpc": "port", "metrics": "metrics_port"}
+
+
+def _port_values(ports: Mapping[str, int]) -> list[FlagValue]:
+    return [
+        FlagValue(f"--{role}-port", ("endpoints", _PORT_KEYS[role]), port)
+        for role, port in ports.items()
+    ]
 
 
 def _serialize(_instance: Any, _field: Any, value: Any) -> Any:

@@ -150,6 +150,8 @@ def env_only(default: _T, *, eq: bool = True) -> _T:
 _ALIASES: Final[Mapping[str, Mapping[str, str]]] = {
     "Backend": {"gpu": "cuda"},
     "Residency": {"pinned_system": "system", "pinned_device": "device"},
+    # Triton's --model-control-mode names.
+    "ModelControlMode": {"none": "static", "poll": "dynamic"},
 }
 
 

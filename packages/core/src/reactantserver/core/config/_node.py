@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, TypeAlias
 
@@ -76,11 +76,24 @@ _NODE_DERIVED: Final = {
     ("model_dirs",): "model_repo",
     ("endpoints", "port"): "base_port or the entry's port",
     ("endpoints", "metrics_port"): "metrics_base_port or the entry's metrics_port",
+    ("endpoints", "http_port"): "listen.http (a sole worker; workers behind the gateway "
+    "serve REST on their metrics port)",
     ("runtime", "device_ordinal"): "the supervisor (always 0: one visible device per worker)",
 }
 
 #: ``gpus``: ``"auto"``, a device count, or explicit selectors (ordinals or UUIDs, as strings).
 GpuSpec: TypeAlias = Literal["auto"] | int | tuple[str, ...]
+
+
+def _one_or_more(value: object) -> object:
+    # One repository may be written as a plain string (an empty one is no repository).
+    if isinstance(value, str):
+        return [value] if value else []
+    return value
+
+
+def _repositories(value: str | Iterable[str]) -> tuple[str, ...]:
+    return (value,) if isinstance(value, str) else tuple(value)
 
 
 def check_worker_name(value: Any) -> str | None:
@@ -108,16 +121,20 @@ class Role(Choice):
 
 @attrs.frozen
 class ListenConfig:
-    """``listen.*``: the public gRPC and HTTP addresses of the node."""
+    """``listen.*``: the public addresses of the node, Triton's three ports by default."""
 
+    http: str = setting("0.0.0.0:8000", check=check_address)
+    """Public KServe REST address of the node (inference, metadata, ``/v2/health/*``, the
+    repository and shared-memory extensions), ``host:port`` (IPv6 hosts in brackets). Set it
+    equal to ``metrics`` to serve REST, metrics and the status page on one port. Unused with
+    role ``workers``."""
     grpc: str = setting("0.0.0.0:8001", check=check_address)
-    """Public gRPC address of the node, ``host:port`` (IPv6 hosts in brackets), served by the
-    embedded gateway or, on a node with one worker, by that worker. Unused with role
-    ``workers``."""
+    """Public gRPC address of the node, ``host:port``, served by the embedded gateway or, on a
+    node with one worker, by that worker. Unused with role ``workers``."""
     metrics: str = setting("0.0.0.0:8002", check=check_address)
-    """Public HTTP address of the node (metrics, health, status page), ``host:port``; the
-    ``healthcheck`` command reads ``/readyz`` there. A sole worker binds the host of ``grpc``
-    for both ports."""
+    """Public metrics address of the node (``/metrics``, the status page, ``/healthz`` and
+    ``/readyz``), ``host:port``; the ``healthcheck`` command reads ``/readyz`` there. A sole
+    worker binds the host of ``grpc`` for all three ports."""
 
 
 @attrs.frozen
@@ -180,9 +197,12 @@ class NodeConfig:
     them, see ``synthesize_workers``). ``global_settings`` is the ``global:`` block.
     """
 
-    model_repo: str = required_setting(non_empty)
+    model_repo: tuple[str, ...] = setting(
+        check=non_empty, each=non_empty, structure=_one_or_more, converter=_repositories
+    )
     """The model repository every worker serves (each worker's ``model_dirs``): one bundle
-    directory per model. Required."""
+    directory per model; a list serves several (a model name must be in one only).
+    Required."""
     base_port: int = setting(8080, check=between(1, MAX_PORT))
     """gRPC port of the first worker; worker i (in ``workers`` order) gets ``base_port + i``
     unless its entry sets ``port``."""

@@ -12,6 +12,7 @@ from typing import Any, Final
 
 import attrs
 
+from reactantserver.core.config._flags import FlagValue
 from reactantserver.core.config._node import (
     SYNTHESIZED_WORKER_PREFIX,
     NodeConfig,
@@ -97,6 +98,7 @@ def _resolve(
     env: Mapping[str, str],
     *,
     quiet: bool,
+    flags: Sequence[FlagValue] = (),
 ) -> WorkerConfig:
     entry = entries[index]
     raw, origins, problems = merge_layers(
@@ -108,13 +110,14 @@ def _resolve(
     raise_problems(problems, source=node.source)
     grpc_port, http_port = worker_ports(node, entries)[index]
     derived: list[tuple[tuple[str, ...], object, str]] = [
-        (("model_dirs",), [node.model_repo], "from model_repo"),
+        (("model_dirs",), list(node.model_repo), "from model_repo"),
         (("endpoints", "port"), grpc_port, _port_note(entry.port, "base_port", index)),
         (
             ("endpoints", "metrics_port"),
             http_port,
             _port_note(entry.metrics_port, "metrics_base_port", index),
         ),
+        (("endpoints", "http_port"), 0, "node-derived: REST shares the metrics port"),
         (("runtime", "device_ordinal"), 0, "node-derived"),
     ]
     runtime = raw.get("runtime")
@@ -142,7 +145,7 @@ def _resolve(
         origins[path] = Origin(note=note)
     _apply_models_map(node, entry.name, raw, origins)
     return finish_worker_config(
-        raw, origins, env, worker_name=entry.name, source=node.source, quiet=quiet
+        raw, origins, env, worker_name=entry.name, source=node.source, quiet=quiet, flags=flags
     )
 
 
@@ -173,9 +176,15 @@ def _port_note(explicit: int | None, base: str, index: int) -> str:
 
 
 def resolve_worker_config(
-    node: NodeConfig, name: str, env: Mapping[str, str], *, quiet: bool = False
+    node: NodeConfig,
+    name: str,
+    env: Mapping[str, str],
+    *,
+    quiet: bool = False,
+    flags: Sequence[FlagValue] = (),
 ) -> WorkerConfig:
-    """The configuration of worker ``name`` of ``node``, environment overrides applied."""
+    """The configuration of worker ``name`` of ``node``, environment overrides applied, then
+    command-line ``flags``."""
     entries = worker_entries(node)
     problems = node_problems(node, entries, synthesized_later=node.workers is None)
     raise_problems(problems, source=node.source)
@@ -185,7 +194,7 @@ def resolve_worker_config(
             f"no worker named {name!r} in {node.source or 'the node file'} "
             f"(workers: {', '.join(names)})"
         )
-    return _resolve(node, entries, names.index(name), env, quiet=quiet)
+    return _resolve(node, entries, names.index(name), env, quiet=quiet, flags=flags)
 
 
 def node_worker_configs(
@@ -209,7 +218,7 @@ def node_worker_configs(
 def node_config_to_dict(node: NodeConfig) -> dict[str, Any]:
     """``node`` as a node-file mapping (for ``reactantserver-node materialize``)."""
     data: dict[str, Any] = {
-        "model_repo": node.model_repo,
+        "model_repo": node.model_repo[0] if len(node.model_repo) == 1 else list(node.model_repo),
         "base_port": node.base_port,
         "metrics_base_port": node.metrics_base_port,
         "global": _plain_dict(node.global_settings),

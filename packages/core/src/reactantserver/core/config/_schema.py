@@ -330,11 +330,18 @@ class EndpointsConfig:
     gateway bind 127.0.0.1 and a sole worker takes the host of ``listen.grpc``."""
     port: int = setting(8080, check=between(1, MAX_PORT))
     """The gRPC port (1 to 65535). In a node file it is set from ``base_port`` or the worker
-    entry's ``port``; a standalone worker (``--model-repo``) uses 8001."""
+    entry's ``port``; a standalone worker (``--model-repository``) uses 8001."""
+    http_port: int = setting(0, check=between(0, MAX_PORT))
+    """The KServe REST port: inference, metadata, health (``/v2/health/*``, ``/healthz``,
+    ``/readyz``), the repository, shared-memory, logging and trace extensions. It serves
+    neither ``/metrics`` nor the status page, so it can be exposed to clients alone. 0 (or
+    ``metrics_port``): REST shares the metrics port, one HTTP listener for everything. A
+    standalone worker and a node's sole worker use 8000 (``listen.http``)."""
     metrics_port: int = setting(0, check=between(0, MAX_PORT))
-    """The HTTP port (metrics, health, status page, KServe REST), different from ``port``; 0
-    turns it off. In a node file it is set from ``metrics_base_port`` or the entry's
-    ``metrics_port``; a standalone worker uses 8002."""
+    """The metrics port: ``/metrics``, the status page (``/``, ``/status``) and the probes
+    ``/healthz`` and ``/readyz`` (plus REST when ``http_port`` is 0); different from
+    ``port``; 0 turns it off. In a node file it is set from ``metrics_base_port`` or the
+    entry's ``metrics_port``; a standalone worker uses 8002."""
     max_concurrent_requests: int = setting(64, check=between(0))
     """The most inference calls (and stream messages) in flight at once on this worker; one
     more is refused with ``RESOURCE_EXHAUSTED`` before it is read. 0: no cap. Health, metadata

@@ -22,6 +22,7 @@ from reactantserver.core.config._env import (
     resolve_cache_dir,
     scan_env,
 )
+from reactantserver.core.config._flags import FlagValue
 from reactantserver.core.config._keys import check_keys
 from reactantserver.core.config._schema import (
     Backend,
@@ -153,6 +154,13 @@ def cross_field_problems(config: WorkerConfig) -> list[Problem]:
                 f"must differ from endpoints.port, both are {endpoints.port}",
             )
         )
+    if endpoints.http_port and endpoints.http_port == endpoints.port:
+        problems.append(
+            Problem(
+                ("endpoints", "http_port"),
+                f"must differ from endpoints.port, both are {endpoints.port}",
+            )
+        )
     tls_path = ("endpoints", "tls")
     if tls.cert_file and not tls.key_file:
         problems.append(Problem((*tls_path, "key_file"), "required when cert_file is set"))
@@ -208,12 +216,17 @@ def finish_worker_config(
     worker_name: str | None = None,
     source: Path | None = None,
     quiet: bool = False,
+    flags: Sequence[FlagValue] = (),
 ) -> WorkerConfig:
-    """Apply env overrides to merged ``raw``, structure it, check it and resolve cache paths.
+    """Apply env overrides, then command-line ``flags``, to merged ``raw``; structure it, check
+    it and resolve cache paths.
 
     ``quiet`` suppresses logging (used when a supervisor only validates its workers).
     """
     applied, problems = _apply_env(raw, origins, env, quiet=quiet)
+    for flag in flags:
+        set_path(raw, flag.path, flag.value)
+        origins[flag.path] = Origin(note=f"from {flag.flag}")
     hook_threads, thread_problems = parse_hook_threads(env)
     problems += thread_problems
     raise_problems(problems, origins, source=source)

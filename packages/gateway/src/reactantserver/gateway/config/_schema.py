@@ -205,16 +205,31 @@ _LISTEN = address(min_port=0)
 _WORKER_ADDRESS = address(min_port=1)
 
 
+def _optional_listen(value: Any) -> str | None:
+    return None if value == "" else _LISTEN(value)
+
+
 @attrs.frozen
 class ListenAddresses:
-    """``listen.*``: the gateway's gRPC and HTTP (metrics) addresses; port 0 = any free port."""
+    """``listen.*``: the gateway's REST, gRPC and metrics addresses; port 0 = any free port."""
 
+    http: str = setting("", check=_optional_listen)
+    """Address of the gateway's KServe REST port (inference, metadata, ``/v2/health/*``,
+    ``/healthz``, ``/readyz``; no metrics, no status page), ``host:port``; port 0 picks a free
+    port. Empty (the default) or equal to ``metrics``: REST is served on the metrics port. A
+    node's embedded gateway gets the node's ``listen.http`` (8000). Plain HTTP."""
     grpc: str = setting("0.0.0.0:8001", check=_LISTEN)
     """Address of the gateway's gRPC port, ``host:port`` (IPv6 hosts in brackets); port 0
     picks a free port."""
     metrics: str = setting("0.0.0.0:8002", check=_LISTEN)
-    """Address of the gateway's HTTP port (metrics merged with the workers', health, status
-    page, KServe REST), ``host:port``; port 0 picks a free port. It is plain HTTP."""
+    """Address of the gateway's metrics port (its metrics merged with the workers', the
+    status page, the probes, and REST when ``http`` is empty), ``host:port``; port 0 picks a
+    free port. It is plain HTTP."""
+
+    @property
+    def separate_http(self) -> bool:
+        """Whether REST has a listener of its own."""
+        return self.http not in ("", self.metrics)
 
 
 @attrs.frozen

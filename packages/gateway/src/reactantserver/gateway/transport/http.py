@@ -82,7 +82,7 @@ async def _scrape(
 
 def gateway_http_app(
     *,
-    metrics: GatewayMetrics,
+    metrics: GatewayMetrics | None,
     scrape_targets: Sequence[tuple[str, str]],
     ready: Callable[[], bool],
     timeout_seconds: float = DEFAULT_SCRAPE_TIMEOUT_SECONDS,
@@ -92,6 +92,7 @@ def gateway_http_app(
 ) -> web.Application:
     """The gateway's aiohttp application.
 
+    Without ``metrics`` it is the REST port's application: the probes and ``rest`` only.
     ``scrape_targets`` are ``(worker label, "host:port")`` of the workers' HTTP ports, in
     exposition order; ``ready()`` backs ``/readyz``; ``rest`` serves ``/v2/...`` (request
     bodies up to ``max_body_bytes``); ``status`` serves the status page ``/`` and its
@@ -106,6 +107,7 @@ def gateway_http_app(
             yield
 
     async def get_metrics(request: web.Request) -> web.Response:
+        assert metrics is not None
         session = request.app[_SESSION]
         bodies = await asyncio.gather(
             *(_scrape(session, label, target, timeout) for label, target in targets)
@@ -126,12 +128,13 @@ def gateway_http_app(
         return web.Response(status=503, text="not ready")
 
     app = web.Application(middlewares=[_not_found], client_max_size=max_body_bytes)
-    app.cleanup_ctx.append(session_ctx)
-    app.router.add_get("/metrics", get_metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    if metrics is not None:
+        app.cleanup_ctx.append(session_ctx)
+        app.router.add_get("/metrics", get_metrics)
+        if status is not None:
+            add_status_routes(app, status, lambda request: request.app[_SESSION])
     if rest is not None:
         add_rest_route(app, rest)
-    if status is not None:
-        add_status_routes(app, status, lambda request: request.app[_SESSION])
     return app

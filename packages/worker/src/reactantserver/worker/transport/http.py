@@ -1,13 +1,17 @@
-"""The worker's HTTP port: ``/metrics``, ``/healthz``, ``/readyz``, KServe V2 REST.
+"""The worker's HTTP ports: ``/metrics``, ``/healthz``, ``/readyz``, KServe V2 REST.
 
-The status page is ``GET /`` and its document ``GET /status``
-(:mod:`reactantserver.worker.views.status`).
+With ``endpoints.http_port`` set, REST and the probes have a port of their own (Triton's 8000)
+and the metrics port keeps ``/metrics``, the probes and the status page (``GET /`` and its
+document ``GET /status``, :mod:`reactantserver.worker.views.status`): the status page is an
+operator's view, like the metrics, so it stays off the port clients are given. Without it, one
+port serves everything.
 
 The application runs on the gRPC server's event loop; ``/v2/...`` is the inference service
 over REST (:mod:`reactantserver.worker.transport.rest`); every other path (and every other
 method on the three probe paths) is ``404``::
 
     runner = await start_http(http_app(state, metrics), "127.0.0.1", 9100)  # core.rest.http_app
+    rest = await start_http(http_app(state, None, service), "127.0.0.1", 8000)  # REST only
     ...
     await runner.cleanup()
 """
@@ -41,14 +45,22 @@ async def _not_found(request: web.Request, handler: _Handler) -> web.StreamRespo
 
 
 def http_app(
-    state: WorkerState, metrics: WorkerMetrics, service: InferenceService | None = None
+    state: WorkerState,
+    metrics: WorkerMetrics | None,
+    service: InferenceService | None = None,
+    *,
+    rest: bool = True,
 ) -> web.Application:
-    """The worker's aiohttp application (``GET``/``HEAD`` on the three paths, ``/v2`` REST).
+    """The worker's aiohttp application: the probes, plus ``/metrics`` and the status page
+    when ``metrics`` is given, plus ``/v2`` REST when ``rest`` is true.
 
-    A request body may be as large as a gRPC message (``grpc.max_recv_msg_bytes``).
+    The metrics port gets both (``rest`` off when REST has a port of its own); the REST port
+    gets ``metrics=None``, so it can be exposed to clients without the operator's views. A
+    request body may be as large as a gRPC message (``grpc.max_recv_msg_bytes``).
     """
 
     async def get_metrics(request: web.Request) -> web.Response:
+        assert metrics is not None
         return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
     async def healthz(request: web.Request) -> web.Response:
@@ -62,9 +74,11 @@ def http_app(
     app = web.Application(
         middlewares=[_not_found], client_max_size=state.config.grpc.max_recv_msg_bytes
     )
-    app.router.add_get("/metrics", get_metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    add_status_routes(app, state)
-    add_rest_route(app, WorkerRestBackend(service or InferenceService(state)))
+    if metrics is not None:
+        app.router.add_get("/metrics", get_metrics)
+        add_status_routes(app, state)
+    if rest:
+        add_rest_route(app, WorkerRestBackend(service or InferenceService(state)))
     return app
