@@ -22,8 +22,8 @@ from typing import Any
 
 __all__ = ["KINDS", "main", "reachable"]
 
-#: The kind schemas our manifests need (deploy/k8s/deployment.yaml and service.yaml).
-KINDS = ("deployment-apps-v1.json", "service-v1.json")
+#: The kind schemas our manifests and the Helm chart need (deploy/k8s, deploy/helm).
+KINDS = ("configmap-v1.json", "deployment-apps-v1.json", "service-v1.json")
 _DEFS = "_definitions.json"
 
 
