@@ -1,9 +1,9 @@
-"""The container images and Kubernetes / KServe manifests, checked offline.
+"""The container images, the Kubernetes / KServe / Prometheus Operator manifests and the Helm chart.
 
-Docker is not available here, so the Dockerfiles are parsed (a small instruction parser) and
-checked instruction by instruction; the manifests validate against the JSON schemas vendored in
-deploy/schemas/ through a local registry (no network), then cross-checked against each other, the
-images and the node files baked into them.
+All offline: the Dockerfiles are parsed and checked instruction by instruction; every manifest
+and every object the chart renders validates against the JSON schemas vendored in
+deploy/schemas/; then they are cross-checked against each other, the images, the node files
+baked into them and the names the code reads (tests/_deploy_support.py says how).
 """
 
 from __future__ import annotations
@@ -12,25 +12,40 @@ import copy
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
-import attrs
-import jsonschema  # type: ignore[import-untyped]
 import pytest
 import yaml
-from referencing import Registry, Resource
 
-from reactantserver.core.config import ListenConfig, load_node_config
+from reactantserver.core.config import (
+    CACHE_DIR_VARIABLE,
+    NODE_FILE_VARIABLE,
+    ListenConfig,
+    load_node_config,
+)
+from tests._deploy_support import (
+    CHART,
+    DOCKER,
+    K8S,
+    MONITORING,
+    ROOT,
+    container_port,
+    dockerignore_excludes,
+    ignore_patterns,
+    lint_chart,
+    load_yaml,
+    only,
+    parse_dockerfile,
+    render_chart,
+    runtime,
+    schema_errors,
+    stages,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-DOCKER = ROOT / "docker"
-K8S = ROOT / "deploy" / "k8s"
-SCHEMAS = ROOT / "deploy" / "schemas"
 NODE_FILE = "/etc/reactantserver/node.yaml"
 CACHE_DIR = "/var/cache/reactantserver"
 HEALTH_OPTIONS = {"interval": "30s", "timeout": "20s", "retries": "3", "start-period": "300s"}
@@ -39,106 +54,28 @@ IMAGES = {
     "Dockerfile": ("node-cpu.yaml", "cpu", None),
     "Dockerfile.cuda": ("node-cuda.yaml", "cuda", "reactantserver-worker[cuda12]"),
 }
-SCHEMA_FILES = {
-    ("apps/v1", "Deployment"): "kubernetes/v1.37.0/deployment-apps-v1.json",
-    ("v1", "Service"): "kubernetes/v1.37.0/service-v1.json",
-    ("serving.kserve.io/v1alpha1", "ServingRuntime"): "kserve/servingruntime-v1alpha1.json",
-    ("serving.kserve.io/v1beta1", "InferenceService"): "kserve/inferenceservice-v1beta1.json",
+#: Triton's convention, which the node's defaults follow: port name -> number.
+PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
+LIVE, READY = "/v2/health/live", "/v2/health/ready"
+MANIFESTS = {
+    "deployment": K8S / "deployment.yaml",
+    "service": K8S / "service.yaml",
+    "servingruntime": K8S / "servingruntime.yaml",
+    "inferenceservice": K8S / "inferenceservice.yaml",
+    "servicemonitor": MONITORING / "servicemonitor.yaml",
 }
-MANIFESTS = ("deployment", "service", "servingruntime", "inferenceservice")
 
 
-# --- Dockerfile parsing ----------------------------------------------------------------------
+def manifest(name: str) -> dict[str, Any]:
+    return load_yaml(MANIFESTS[name])
 
 
-@attrs.frozen
-class Instruction:
-    """One Dockerfile instruction: upper-cased keyword, leading ``--flags`` and the rest."""
-
-    keyword: str
-    flags: dict[str, str]
-    rest: str
-
-    def words(self) -> list[str]:
-        """The arguments: the JSON (exec) form when written so, else shell words."""
-        if self.rest.startswith("["):
-            value: list[str] = json.loads(self.rest)
-            return value
-        return shlex.split(self.rest)
+def listen_ports(node: Any) -> dict[str, int]:
+    """The node's ``listen.*`` addresses as port numbers, by the container port names."""
+    return {name: int(getattr(node.listen, name).rpartition(":")[2]) for name in PORTS}
 
 
-def parse_dockerfile(text: str) -> list[Instruction]:
-    """Instructions of ``text``: ``\\`` continuations joined, comment lines dropped."""
-    instructions: list[Instruction] = []
-    pending = ""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line.startswith("#") or (not line and not pending):
-            continue  # comments (and parser directives) may sit inside a continuation too
-        if line.endswith("\\"):
-            pending += line[:-1].rstrip() + " "
-            continue
-        logical, pending = pending + line, ""
-        if not logical.strip():
-            continue
-        keyword, _, rest = logical.strip().partition(" ")
-        flags: dict[str, str] = {}
-        rest = rest.strip()
-        while rest.startswith("--"):
-            flag, _, rest = rest.partition(" ")
-            name, _, value = flag[2:].partition("=")
-            flags[name] = value
-            rest = rest.strip()
-        instructions.append(Instruction(keyword.upper(), flags, rest))
-    assert not pending, "dangling line continuation at end of file"
-    return instructions
-
-
-def stages(instructions: list[Instruction]) -> list[list[Instruction]]:
-    """The build stages, each starting with its ``FROM``."""
-    result: list[list[Instruction]] = []
-    for instruction in instructions:
-        if instruction.keyword == "FROM":
-            result.append([])
-        assert result, "instruction before the first FROM"
-        result[-1].append(instruction)
-    return result
-
-
-def only(stage: list[Instruction], keyword: str) -> Instruction:
-    found = [i for i in stage if i.keyword == keyword]
-    assert len(found) == 1, f"expected one {keyword}, found {len(found)}"
-    return found[0]
-
-
-_GLOB = {"**": ".*", "*": "[^/]*", "?": "[^/]"}
-
-
-def dockerignore_excludes(patterns: list[str], path: str) -> bool:
-    """Docker's rule: the last pattern matching ``path`` or one of its parents decides."""
-    parts = path.split("/")
-    candidates = ["/".join(parts[: n + 1]) for n in range(len(parts))]
-    excluded = False
-    for pattern in patterns:
-        negated = pattern.startswith("!")
-        body = pattern.removeprefix("!").strip("/")
-        regex = "".join(
-            _GLOB.get(token) or re.escape(token)
-            for token in re.split(r"(\*\*|\*|\?)", body)
-            if token
-        )
-        if any(re.fullmatch(regex, candidate) for candidate in candidates):
-            excluded = not negated
-    return excluded
-
-
-def ignore_patterns() -> list[str]:
-    lines = (ROOT / ".dockerignore").read_text().splitlines()
-    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
-
-
-def runtime(dockerfile: str) -> list[Instruction]:
-    return stages(parse_dockerfile((DOCKER / dockerfile).read_text()))[-1]
+# --- images ----------------------------------------------------------------------------------
 
 
 def test_parser_joins_continuations_and_skips_comments() -> None:
@@ -156,9 +93,6 @@ def test_parser_joins_continuations_and_skips_comments() -> None:
     assert dockerignore_excludes(["*", "!packages/", "packages/*/tests"], "packages/a/tests/x")
     assert not dockerignore_excludes(["*", "!packages/"], "packages/a/src/b.py")
     assert dockerignore_excludes(["*", "!packages/"], "README.md")
-
-
-# --- images ----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("dockerfile", sorted(IMAGES))
@@ -186,7 +120,12 @@ def test_image_stages_and_entrypoint(dockerfile: str) -> None:
 @pytest.mark.parametrize("dockerfile", sorted(IMAGES))
 def test_image_ports_health_user_and_volume(dockerfile: str) -> None:
     final = runtime(dockerfile)
-    assert only(final, "EXPOSE").words() == ["8001", "8002"]
+    node = load_node_config(DOCKER / IMAGES[dockerfile][0], {})
+    expose = [int(port) for port in only(final, "EXPOSE").words()]
+    assert expose == sorted(listen_ports(node).values()) == sorted(PORTS.values())
+    text = (DOCKER / dockerfile).read_text()
+    assert all(f"-p {port}:{port}" in text for port in expose), "the docker run example"
+    # The healthcheck command reads the node file, so it follows listen.http wherever it is.
     health = only(final, "HEALTHCHECK")
     assert health.flags == HEALTH_OPTIONS
     assert health.rest.startswith("CMD ")
@@ -196,10 +135,9 @@ def test_image_ports_health_user_and_volume(dockerfile: str) -> None:
     assert int(user[0]) != 0
     assert only(final, "VOLUME").words() == [CACHE_DIR]
     env = " ".join(i.rest for i in final if i.keyword == "ENV")
-    assert f"REACTANT_CACHE_DIR={CACHE_DIR}" in env.split()
-    comments = (DOCKER / dockerfile).read_text()
+    assert f"{CACHE_DIR_VARIABLE}={CACHE_DIR}" in env.split()
     for note in ("--shm-size", "--ipc=host", "--stop-timeout", "30 s"):
-        assert note in comments
+        assert note in text
 
 
 @pytest.mark.parametrize("dockerfile", sorted(IMAGES))
@@ -232,6 +170,7 @@ def test_image_copies_exist_and_are_in_the_context(dockerfile: str) -> None:
         assert not dockerignore_excludes(patterns, path.relative_to(ROOT).as_posix()), path
     for unwanted in (".venv/bin/python", "build/node.yaml", ".git/HEAD", "tests/test_deploy.py"):
         assert dockerignore_excludes(patterns, unwanted)
+    assert dockerignore_excludes(patterns, "deploy/helm/reactantserver/Chart.yaml")
 
 
 CONSTRAINTS = ROOT / "requirements" / "constraints.txt"
@@ -269,6 +208,15 @@ def test_constraints_pin_every_runtime_dependency_of_the_distributions() -> None
                 )
 
 
+def test_the_helm_sdk_the_tests_use_is_pinned() -> None:
+    import helm_python
+
+    test_requirements = (ROOT / "requirements" / "test.txt").read_text()
+    version = _pins()["helm-python-sdk"]
+    assert f"helm-python-sdk=={version}" in test_requirements
+    assert helm_python.__version__ == version
+
+
 def kserve_node_text(dockerfile: str) -> tuple[str, str]:
     """The KServe node file the image derives with ``sed``: (its path, its text)."""
     for instruction in runtime(dockerfile):
@@ -291,12 +239,12 @@ def test_baked_node_files_load_with_core(dockerfile: str, tmp_path: Path) -> Non
         assert node.model_repo == (repo,)
         assert node.global_settings["runtime"]["backend"] == backend
         # Spelled out in the file, and equal to the node's defaults the manifests assume.
-        assert (
-            node.listen
-            == ListenConfig()
-            == ListenConfig(http="0.0.0.0:8000", grpc="0.0.0.0:8001", metrics="0.0.0.0:8002")
-        )
-    assert kserve_path == servingruntime_node_file()
+        assert yaml.safe_load(path.read_text())["listen"] == {
+            name: f"0.0.0.0:{port}" for name, port in PORTS.items()
+        }
+        assert node.listen == ListenConfig()
+        assert listen_ports(node) == PORTS
+    assert kserve_path == servingruntime_env()[NODE_FILE_VARIABLE]
 
 
 @pytest.mark.parametrize("dockerfile", sorted(IMAGES))
@@ -316,47 +264,15 @@ def test_baked_node_files_materialize(dockerfile: str) -> None:
     assert done.returncode == 0, done.stderr
     plan = yaml.safe_load(done.stdout)
     assert [child["name"] for child in plan["children"]] == ["worker0"]
-    assert plan["node"]["listen"] == {
-        "http": "0.0.0.0:8000",
-        "grpc": "0.0.0.0:8001",
-        "metrics": "0.0.0.0:8002",
-    }
+    assert plan["node"]["listen"] == {name: f"0.0.0.0:{port}" for name, port in PORTS.items()}
 
 
 # --- manifests -------------------------------------------------------------------------------
 
 
-def manifest(name: str) -> dict[str, Any]:
-    document: dict[str, Any] = yaml.safe_load((K8S / f"{name}.yaml").read_text())
-    return document
-
-
-def registry() -> Registry[Any]:
-    resources = []
-    for path in sorted(SCHEMAS.rglob("*.json")):
-        contents = json.loads(path.read_text())
-        resources.append((contents["$id"], Resource.from_contents(contents)))
-    empty: Registry[Any] = Registry()
-    return empty.with_resources(resources)
-
-
-def validator(name: str) -> Any:
-    """A validator for the manifest ``name`` (chosen from the file as written, not as mutated)."""
-    document = manifest(name)
-    schema = json.loads(
-        (SCHEMAS / SCHEMA_FILES[document["apiVersion"], document["kind"]]).read_text()
-    )
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    return cls(schema, registry=registry())
-
-
-@pytest.mark.parametrize("name", MANIFESTS)
+@pytest.mark.parametrize("name", sorted(MANIFESTS))
 def test_manifest_validates(name: str) -> None:
-    document = manifest(name)
-    errors = [
-        f"{list(e.absolute_path)}: {e.message}" for e in validator(name).iter_errors(document)
-    ]
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in schema_errors(manifest(name))]
     assert errors == []
 
 
@@ -374,16 +290,33 @@ MUTATIONS: dict[str, tuple[str, str, Any]] = {
     "container without name": ("servingruntime", "spec.containers.0.name", _DELETE),
     "unknown spec key": ("servingruntime", "spec.modelFormats", []),
     "format without name": ("servingruntime", "spec.supportedModelFormats.0.name", _DELETE),
+    "runtime port name too long": (
+        "servingruntime",
+        "spec.containers.0.ports.0.name",
+        "http1-rest-port-8000",
+    ),
+    "unknown probe key": ("servingruntime", "spec.containers.0.readinessProbe.path", "/"),
+    "probe period as a string": (
+        "servingruntime",
+        "spec.containers.0.readinessProbe.periodSeconds",
+        "5",
+    ),
     "storageUri as a number": ("inferenceservice", "spec.predictor.model.storageUri", 3),
     "missing modelFormat": ("inferenceservice", "spec.predictor.model.modelFormat", _DELETE),
     "bad apiVersion": ("inferenceservice", "apiVersion", "serving.kserve.io/v1"),
+    "monitor without endpoints": ("servicemonitor", "spec.endpoints", _DELETE),
+    "unknown endpoint key": ("servicemonitor", "spec.endpoints.0.metricsPath", "/metrics"),
+    "bad scrape interval": ("servicemonitor", "spec.endpoints.0.interval", "15 seconds"),
+    "monitor port as a number": ("servicemonitor", "spec.endpoints.0.port", 8002),
+    "monitor kind": ("servicemonitor", "kind", "PodMonitor"),
 }
 
 
 @pytest.mark.parametrize("mutation", sorted(MUTATIONS))
 def test_mutated_manifest_fails_validation(mutation: str) -> None:
     name, dotted, value = MUTATIONS[mutation]
-    document = copy.deepcopy(manifest(name))
+    original = manifest(name)
+    document = copy.deepcopy(original)
     *parents, last = [int(p) if p.isdigit() else p for p in dotted.split(".")]
     node: Any = document
     for key in parents:
@@ -392,46 +325,54 @@ def test_mutated_manifest_fails_validation(mutation: str) -> None:
         del node[last]
     else:
         node[last] = value
-    paths = [list(error.absolute_path) for error in validator(name).iter_errors(document)]
+    paths = [list(error.absolute_path) for error in schema_errors(document, original)]
     # Rejected, and for this very change: each error sits on the changed key or its parent.
     assert paths
     assert all(path == [*parents, last][: len(path)] for path in paths), paths
 
 
-def deployment_container() -> dict[str, Any]:
-    pod = manifest("deployment")["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
+def pod_spec(deployment: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = deployment["spec"]["template"]["spec"]
+    return spec
+
+
+def node_container(deployment: dict[str, Any]) -> dict[str, Any]:
+    (container,) = pod_spec(deployment)["containers"]
     value: dict[str, Any] = container
     return value
 
 
-def test_deployment_matches_the_image_and_the_node() -> None:
-    deployment = manifest("deployment")
-    pod = deployment["spec"]["template"]["spec"]
-    container = deployment_container()
+def check_node_pod(deployment: dict[str, Any]) -> None:
+    """The cross-checks every node Deployment (plain or rendered) must pass."""
+    pod, container = pod_spec(deployment), node_container(deployment)
     node = load_node_config(DOCKER / "node-cuda.yaml", {})
-    http_port = int(node.listen.metrics.rpartition(":")[2])
-    assert http_port == 8002
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
-    assert ports == {"grpc": 8001, "http": 8002}
+    assert ports == listen_ports(node) == PORTS
     expose = {int(p) for p in only(runtime("Dockerfile.cuda"), "EXPOSE").words()}
     assert set(ports.values()) == expose
-    probes = {kind: container[kind]["httpGet"] for kind in ("readinessProbe", "livenessProbe")}
-    assert probes["readinessProbe"] == {"path": "/readyz", "port": http_port}
-    assert probes["livenessProbe"] == {"path": "/healthz", "port": http_port}
-    assert container["startupProbe"]["httpGet"]["port"] == http_port
+    probes = {
+        kind: {**container[kind]["httpGet"], "port": container_port(container, port)}
+        for kind in ("startupProbe", "livenessProbe", "readinessProbe")
+        for port in [container[kind]["httpGet"]["port"]]
+    }
+    assert probes == {
+        "startupProbe": {"path": LIVE, "port": PORTS["http"]},
+        "livenessProbe": {"path": LIVE, "port": PORTS["http"]},
+        "readinessProbe": {"path": READY, "port": PORTS["http"]},
+    }
     startup = container["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 300  # as the image's
-    assert container["resources"]["limits"]["nvidia.com/gpu"] >= 1
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
     mounts = {m["mountPath"]: (m, volumes[m["name"]]) for m in container["volumeMounts"]}
     _, shm = mounts["/dev/shm"]
     assert shm["emptyDir"]["medium"] == "Memory"
     assert shm["emptyDir"]["sizeLimit"]
-    models_mount, models = mounts["/models"]
+    (models_dir,) = node.model_repo
+    models_mount, models = mounts[models_dir]
     assert models_mount["readOnly"] is True
     assert models["persistentVolumeClaim"]["claimName"]
-    assert "persistentVolumeClaim" in mounts[CACHE_DIR][1]
+    env = {variable["name"]: variable.get("value") for variable in container["env"]}
+    assert env[CACHE_DIR_VARIABLE] in mounts
     assert pod["terminationGracePeriodSeconds"] >= 30
     uid = int(only(runtime("Dockerfile.cuda"), "USER").words()[0].split(":")[0])
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -440,50 +381,236 @@ def test_deployment_matches_the_image_and_the_node() -> None:
     assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
 
 
-def test_service_routes_to_the_deployment() -> None:
-    service, deployment = manifest("service"), manifest("deployment")
-    names = {port["name"]: port["containerPort"] for port in deployment_container()["ports"]}
-    routed = {port["port"]: port for port in service["spec"]["ports"]}
-    assert set(routed) == {8001, 8002}
-    assert routed[8001]["appProtocol"] == "grpc"
-    for number, port in routed.items():
-        assert names[port["targetPort"]] == number
+def check_service_routes(service: dict[str, Any], deployment: dict[str, Any]) -> None:
+    names = {port["name"]: port["containerPort"] for port in node_container(deployment)["ports"]}
+    routed = {port["name"]: port for port in service["spec"]["ports"]}
+    assert {name: names[port["targetPort"]] for name, port in routed.items()} == PORTS
+    assert routed["grpc"]["appProtocol"] == "grpc"
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= labels.items()
 
 
-def servingruntime_node_file() -> str:
+def check_monitor_scrapes(monitor: dict[str, Any], service: dict[str, Any]) -> None:
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    (endpoint,) = monitor["spec"]["endpoints"]
+    (port,) = [p for p in service["spec"]["ports"] if p["name"] == endpoint["port"]]
+    assert port["targetPort"] == "metrics"
+    assert endpoint["path"] == "/metrics"
+
+
+def test_deployment_matches_the_image_and_the_node() -> None:
+    deployment = manifest("deployment")
+    check_node_pod(deployment)
+    assert node_container(deployment)["resources"]["limits"]["nvidia.com/gpu"] >= 1
+    mounts = {m["mountPath"]: m["name"] for m in node_container(deployment)["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod_spec(deployment)["volumes"]}
+    assert "persistentVolumeClaim" in volumes[mounts[CACHE_DIR]]
+
+
+def test_service_routes_to_the_deployment() -> None:
+    service = manifest("service")
+    check_service_routes(service, manifest("deployment"))
+    assert {port["name"]: port["port"] for port in service["spec"]["ports"]} == PORTS
+
+
+def test_service_monitor_scrapes_the_metrics_port() -> None:
+    monitor = manifest("servicemonitor")
+    check_monitor_scrapes(monitor, manifest("service"))
+    labels = manifest("deployment")["spec"]["template"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+
+def servingruntime_env() -> dict[str, str]:
     (container,) = manifest("servingruntime")["spec"]["containers"]
+    return {variable["name"]: variable["value"] for variable in container["env"]}
+
+
+def check_serving_runtime(spec: dict[str, Any]) -> None:
+    assert spec["supportedModelFormats"] == [
+        {"name": "reactantserver-bundle", "version": "3", "autoSelect": True}
+    ]
+    assert spec["protocolVersions"] == ["v2", "grpc-v2"]
+    assert spec["annotations"] == {
+        "prometheus.kserve.io/port": str(PORTS["metrics"]),
+        "prometheus.kserve.io/path": "/metrics",
+    }
+    (container,) = spec["containers"]
+    assert container["name"] == "kserve-container"
+    assert "reactantserver-node" in container["command"]
+    # REST first: KServe points the InferenceService's HTTP address at the first port.
+    assert container["ports"] == [
+        {"containerPort": PORTS["http"], "name": "http1", "protocol": "TCP"},
+        {"containerPort": PORTS["grpc"], "name": "h2c", "protocol": "TCP"},
+    ]
+    assert container["readinessProbe"]["httpGet"] == {"path": READY, "port": PORTS["http"]}
     env = {variable["name"]: variable["value"] for variable in container["env"]}
-    path: str = env["REACTANT_NODE_FILE"]
-    return path
+    assert env[NODE_FILE_VARIABLE] == "/etc/reactantserver/node-kserve.yaml"
+    assert env[CACHE_DIR_VARIABLE] == CACHE_DIR
 
 
 def test_kserve_runtime_serves_the_inference_service() -> None:
     runtime_doc, service = manifest("servingruntime"), manifest("inferenceservice")
     spec = runtime_doc["spec"]
-    assert spec["supportedModelFormats"] == [
-        {"name": "reactantserver-bundle", "version": "3", "autoSelect": True}
-    ]
-    assert spec["protocolVersions"] == ["grpc-v2"]
-    (container,) = spec["containers"]
-    assert container["name"] == "kserve-container"
-    assert "reactantserver-node" in container["command"]
-    assert container["ports"] == [{"containerPort": 8001, "name": "h2c", "protocol": "TCP"}]
+    check_serving_runtime(spec)
     model = service["spec"]["predictor"]["model"]
     assert model["modelFormat"]["name"] == spec["supportedModelFormats"][0]["name"]
     assert model["runtime"] == runtime_doc["metadata"]["name"] == "reactantserver"
     assert model["protocolVersion"] in spec["protocolVersions"]
     assert re.match(r"^[a-z0-9]+://\S+", model["storageUri"])
+    # Two container ports: Knative Serving refuses them, KServe's Standard mode serves both.
+    mode = service["metadata"]["annotations"]["serving.kserve.io/deploymentMode"]
+    assert mode in {"RawDeployment", "Standard"}
 
 
 def test_images_agree_and_kustomization_lists_the_core_objects() -> None:
-    image = deployment_container()["image"]
+    image = node_container(manifest("deployment"))["image"]
     (runtime_container,) = manifest("servingruntime")["spec"]["containers"]
     assert runtime_container["image"] == image
     assert f"-t {image} ." in (DOCKER / "Dockerfile.cuda").read_text()
     assert f"-t {image} ." in (ROOT / "docs" / "deployment.md").read_text()
-    kustomization = manifest("kustomization")
+    kustomization = load_yaml(K8S / "kustomization.yaml")
     assert kustomization["resources"] == ["deployment.yaml", "service.yaml"]
     repository, _, tag = image.partition(":")
     assert kustomization["images"] == [{"name": repository, "newTag": tag}]
+
+
+# --- the Helm chart --------------------------------------------------------------------------
+
+#: Every option away from its default at once.
+ALL_OPTIONS: dict[str, Any] = {
+    "gpus": 2,
+    "replicaCount": 2,
+    "image": {"repository": "registry.example.com/reactantserver", "tag": "0.1.0-cuda"},
+    "cache": {"existingClaim": ""},
+    "nodeFile": {
+        "model_repo": "/models",
+        "gpus": "auto",
+        "listen": {name: f"0.0.0.0:{port}" for name, port in PORTS.items()},
+        "global": {"runtime": {"backend": "cuda"}, "logging": {"format": "json"}},
+    },
+    "env": [{"name": "REACTANT_WORKER_THREADS", "value": "4"}],
+    "podAnnotations": {"example.com/team": "inference"},
+    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    "nodeSelector": {"nvidia.com/gpu.present": "true"},
+    "imagePullSecrets": [{"name": "registry"}],
+    "service": {"type": "LoadBalancer", "annotations": {"example.com/lb": "internal"}},
+    "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+    "servingRuntime": {"enabled": True},
+}
+
+
+def by_kind(documents: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    kinds = [document["kind"] for document in documents]
+    assert len(kinds) == len(set(kinds)), kinds
+    return {document["kind"]: document for document in documents}
+
+
+@pytest.mark.parametrize("options", ["defaults", "all options"])
+def test_chart_lints_clean(options: str) -> None:
+    report = lint_chart(ALL_OPTIONS if options == "all options" else None)
+    assert report["errors"] == []
+    # Severity 1 is information (Helm recommends an icon); warnings and errors fail.
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+@pytest.mark.parametrize("options", ["defaults", "all options"])
+def test_every_rendered_object_validates(options: str) -> None:
+    documents = render_chart(ALL_OPTIONS if options == "all options" else None)
+    kinds = sorted(document["kind"] for document in documents)
+    if options == "defaults":
+        assert kinds == ["Deployment", "Service"]
+    else:
+        assert kinds == ["ConfigMap", "Deployment", "Service", "ServiceMonitor", "ServingRuntime"]
+    for document in documents:
+        errors = [f"{list(e.absolute_path)}: {e.message}" for e in schema_errors(document)]
+        assert errors == [], document["kind"]
+
+
+def test_chart_defaults_render_the_plain_manifests() -> None:
+    rendered = by_kind(render_chart())
+    deployment, service = rendered["Deployment"], rendered["Service"]
+    assert pod_spec(deployment) == pod_spec(manifest("deployment"))
+    for key in ("replicas", "strategy"):
+        assert deployment["spec"][key] == manifest("deployment")["spec"][key]
+    assert service["spec"]["ports"] == manifest("service")["spec"]["ports"]
+    check_node_pod(deployment)
+    check_service_routes(service, deployment)
+
+
+def test_chart_options_reach_the_objects(tmp_path: Path) -> None:
+    rendered = by_kind(render_chart(ALL_OPTIONS, release="edge"))
+    deployment, service = rendered["Deployment"], rendered["Service"]
+    check_node_pod(deployment)
+    check_service_routes(service, deployment)
+    check_monitor_scrapes(rendered["ServiceMonitor"], service)
+    assert rendered["ServiceMonitor"]["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert (
+        rendered["ServiceMonitor"]["spec"]["endpoints"]
+        == (manifest("servicemonitor")["spec"]["endpoints"])
+    )
+    container = node_container(deployment)
+    assert container["image"] == "registry.example.com/reactantserver:0.1.0-cuda"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert deployment["spec"]["replicas"] == 2
+    volumes = {volume["name"]: volume for volume in pod_spec(deployment)["volumes"]}
+    assert volumes["cache"] == {"name": "cache", "emptyDir": {}}
+    # The node file: a ConfigMap, mounted, named by the variable the node reads, loadable.
+    env = {variable["name"]: variable["value"] for variable in container["env"]}
+    assert env["REACTANT_WORKER_THREADS"] == "4"
+    node_path = Path(env[NODE_FILE_VARIABLE])
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == str(node_path.parent)]
+    config_map = rendered["ConfigMap"]
+    assert volumes[mount["name"]]["configMap"]["name"] == config_map["metadata"]["name"]
+    (tmp_path / node_path.name).write_text(config_map["data"][node_path.name])
+    node = load_node_config(tmp_path / node_path.name, {})
+    assert node.global_settings["logging"] == {"format": "json"}
+    assert listen_ports(node) == PORTS
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["example.com/team"] == "inference"
+    assert re.fullmatch(r"[0-9a-f]{64}", annotations["checksum/node-file"])
+    # The ServingRuntime is the plain one, with the chart's image.
+    runtime_spec = rendered["ServingRuntime"]["spec"]
+    check_serving_runtime(runtime_spec)
+    plain = copy.deepcopy(manifest("servingruntime")["spec"])
+    plain["containers"][0]["image"] = container["image"]
+    plain["containers"][0]["env"] += ALL_OPTIONS["env"]
+    plain["imagePullSecrets"] = ALL_OPTIONS["imagePullSecrets"]
+    assert runtime_spec == plain
+
+
+def test_chart_cpu_pod_and_runtime_only() -> None:
+    cpu = by_kind(render_chart({"gpus": 0, "image": {"tag": "cpu"}}))
+    limits = node_container(cpu["Deployment"])["resources"]["limits"]
+    assert "nvidia.com/gpu" not in limits
+    runtime_only = render_chart(
+        {"deployment": {"enabled": False}, "servingRuntime": {"enabled": True}}
+    )
+    assert [document["kind"] for document in runtime_only] == ["ServingRuntime"]
+
+
+@pytest.mark.parametrize(
+    ("values", "where"),
+    [
+        ({"gpus": "two"}, "/gpus"),
+        ({"replicaCount": -1}, "/replicaCount"),
+        ({"containerPorts": {"http": "8000"}}, "/containerPorts/http"),
+        ({"service": {"ports": {"rest": 8000}}}, "/service/ports"),
+        ({"serviceMonitor": {"enable": True}}, "/serviceMonitor"),
+        ({"probes": {"readiness": []}}, "/probes/readiness"),
+        ({"unknownOption": 1}, "'unknownOption'"),
+    ],
+)
+def test_chart_refuses_bad_values(values: dict[str, Any], where: str) -> None:
+    # values.schema.json: Helm checks the values against it before rendering anything.
+    errors = lint_chart(values)["errors"]
+    assert any(where in error for error in errors), errors
+
+
+def test_chart_is_documented() -> None:
+    text = (ROOT / "docs" / "deployment.md").read_text()
+    assert f"helm install reactantserver {CHART.relative_to(ROOT)}" in text
+    assert "kubectl apply -k deploy/k8s" in text
+    for option in load_yaml(CHART / "values.yaml"):
+        assert f"`{option}" in text, f"docs/deployment.md: the chart's {option} option"
