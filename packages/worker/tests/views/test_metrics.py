@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
+import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import attrs
@@ -25,13 +28,16 @@ from reactantserver.core.types import InferRequest
 from reactantserver.worker.registry import ModelEntry, ModelState
 from reactantserver.worker.runtime import Residency
 from reactantserver.worker.runtime.budget import BudgetPolicy
-from reactantserver.worker.state import WorkerState
+from reactantserver.worker.state import Runtime, WorkerState
 from reactantserver.worker.views.metrics import (
     CONTENT_TYPE,
+    GPU_FAMILIES,
     LATENCY_BUCKETS,
     WorkerMetrics,
     gpu_selector,
 )
+
+from ._nvml import READINGS, FakeGpu, FakeNvml
 
 __all__ = ["pool"]  # fixtures, imported by name for pytest
 
@@ -77,6 +83,31 @@ def value(samples: Sequence[Sample], name: str, **labels: str) -> float:
 def named(samples: Sequence[Sample], name: str) -> list[Sample]:
     """Every sample called ``name``."""
     return [s for s in samples if s.name == name]
+
+
+def cuda_config(device_ordinal: int = 0) -> WorkerConfig:
+    """A worker configuration for the CUDA backend and device ``device_ordinal``."""
+    runtime = RuntimeConfig(backend=Backend.CUDA, device_ordinal=device_ordinal)
+    return attrs.evolve(WorkerConfig(), runtime=runtime)
+
+
+def must_not_load() -> object:
+    """An NVML loader for workers that must not ask NVML: fails the test if called."""
+    raise AssertionError("NVML must not be loaded")
+
+
+@contextmanager
+def nvml_metrics(
+    state: WorkerState, fake: FakeNvml, environ: dict[str, str] | None = None
+) -> Iterator[WorkerMetrics]:
+    """Metrics of a CUDA ``state`` over the fake NVML, with one sample taken; closed after."""
+    metrics = WorkerMetrics(state, environ=environ or {}, nvml=lambda: fake)
+    try:
+        assert metrics.gpu is not None
+        assert metrics.gpu.refresh() is not None
+        yield metrics
+    finally:
+        metrics.close()
 
 
 def ready(name: str) -> ModelEntry:
@@ -263,7 +294,7 @@ def test_loads_and_limiter() -> None:
 
 
 def test_device_memory_pinned_weights_and_nvml(pool: concurrent.futures.ThreadPoolExecutor) -> None:
-    state = WorkerState(WorkerConfig(), version="0")
+    state = WorkerState(cuda_config(), version="0")
     runtime = mock_runtime(state, pool, enabled=True, budget=BUDGET, bytes_limit=DEVICE_BYTES)
     state.runtime = runtime
     runtime.weights.add_model("pinned", FakeSource(size=1000), Residency.PINNED_DEVICE)
@@ -272,7 +303,12 @@ def test_device_memory_pinned_weights_and_nvml(pool: concurrent.futures.ThreadPo
     runtime.weights.acquire("lazy")
     for name in ("pinned", "lazy"):
         state.registry.put(ready(name))
-    metrics = WorkerMetrics(state, environ={}, process_memory=lambda: (1 << 20) + 7)
+    fake = FakeNvml([FakeGpu("GPU-a", processes=[(os.getpid(), (1 << 20) + 7)])])
+    with nvml_metrics(state, fake) as metrics:
+        _device_memory_pinned_weights(metrics, runtime)
+
+
+def _device_memory_pinned_weights(metrics: WorkerMetrics, runtime: Runtime) -> None:
     samples = scrape(metrics)
     assert value(samples, "reactantserver_worker_model_pinned", model="pinned") == 1
     assert value(samples, "reactantserver_worker_model_resident", model="pinned") == 1
@@ -324,6 +360,111 @@ def test_without_the_cache_or_device_stats_those_series_are_absent(
     samples = scrape(metrics)
     assert value(samples, "reactantserver_worker_model_resident", model="m") == 1
     assert value(samples, "reactantserver_worker_weight_loads_total") == 1
+
+
+# -- NVML ------------------------------------------------------------------------------------
+
+
+def gpu_families(metrics: WorkerMetrics) -> set[str]:
+    """The ``reactantserver_worker_gpu_*`` families of one rendering."""
+    return {n for n in families(metrics) if n.startswith("reactantserver_worker_gpu_")}
+
+
+def test_gpu_families_of_the_workers_device() -> None:
+    state = WorkerState(attrs.evolve(cuda_config(device_ordinal=1), worker_name="w1"), version="0")
+    fake = FakeNvml(
+        [
+            FakeGpu("GPU-0000", utilization_percent=1),
+            FakeGpu("GPU-1111"),
+            FakeGpu("GPU-2222", utilization_percent=75, memory_used=12 << 30),
+        ]
+    )
+    with nvml_metrics(state, fake, {"CUDA_VISIBLE_DEVICES": "0,2"}) as metrics:
+        samples = scrape(metrics)
+        text = metrics.render().decode()
+    labels = {"worker": "w1", "gpu": "2", "gpu_uuid": "GPU-2222"}
+    assert value(samples, "reactantserver_worker_gpu_utilization", **labels) == 0.75
+    assert value(samples, "reactantserver_worker_gpu_memory_used_bytes", **labels) == 12 << 30
+    assert value(samples, "reactantserver_worker_gpu_memory_total_bytes", **labels) == 80 << 30
+    assert value(samples, "reactantserver_worker_gpu_power_usage_watts", **labels) == 312.5
+    assert value(samples, "reactantserver_worker_gpu_power_limit_watts", **labels) == 700
+    assert value(samples, "reactantserver_worker_gpu_energy_joules_total", **labels) == 9876.543
+    assert "# TYPE reactantserver_worker_gpu_energy_joules_total counter" in text
+    assert "# TYPE reactantserver_worker_gpu_utilization gauge" in text
+    gpu_samples = [s for s in samples if s.name.startswith("reactantserver_worker_gpu_")]
+    assert len(gpu_samples) == len(GPU_FAMILIES)
+    assert all(s.labels == labels for s in gpu_samples)
+    # No runtime yet: the process's device memory comes with the allocator's series only.
+    assert "reactantserver_worker_device_memory_process_used_bytes" not in families(metrics)
+
+
+def test_no_nvml_on_cpu_or_without_a_device() -> None:
+    cpu = WorkerMetrics(WorkerState(WorkerConfig(), version="0"), environ={}, nvml=must_not_load)
+    assert cpu.gpu is None
+    assert not gpu_families(cpu)
+    hidden = WorkerMetrics(
+        WorkerState(cuda_config(), version="0"),
+        environ={"CUDA_VISIBLE_DEVICES": ""},
+        nvml=must_not_load,
+    )
+    assert hidden.gpu is None
+    assert not gpu_families(hidden)
+    cpu.close()
+    hidden.close()
+
+
+def test_cuda_without_a_driver_has_no_gpu_families() -> None:
+    fake = FakeNvml([FakeGpu("GPU-a")], init_fails=True)
+    metrics = WorkerMetrics(WorkerState(cuda_config(), version="0"), environ={}, nvml=lambda: fake)
+    try:
+        assert metrics.gpu is not None
+        assert metrics.gpu.refresh() is None
+        assert not gpu_families(metrics)
+        assert "reactantserver_worker_info" in families(metrics)
+    finally:
+        metrics.close()
+
+
+def test_an_nvml_error_mid_run_drops_the_samples_not_the_scrape(
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    state = WorkerState(cuda_config(), version="0")
+    state.runtime = mock_runtime(state, pool, enabled=True, budget=BUDGET, bytes_limit=DEVICE_BYTES)
+    fake = FakeNvml([FakeGpu("GPU-a", processes=[(os.getpid(), 1 << 30)])])
+    process_used = "reactantserver_worker_device_memory_process_used_bytes"
+    with nvml_metrics(state, fake) as metrics:
+        assert metrics.gpu is not None
+        assert gpu_families(metrics) == set(GPU_FAMILIES) - {
+            "reactantserver_worker_gpu_energy_joules_total"
+        } | {"reactantserver_worker_gpu_energy_joules"}
+        assert process_used in families(metrics)
+        fake.failing = {"nvmlDeviceGetPowerUsage"}  # e.g. NOT_SUPPORTED on this board
+        metrics.gpu.refresh()
+        assert "reactantserver_worker_gpu_power_usage_watts" not in gpu_families(metrics)
+        assert "reactantserver_worker_gpu_power_limit_watts" in gpu_families(metrics)
+        fake.failing = set(READINGS)  # the device is lost
+        metrics.gpu.refresh()
+        names = families(metrics)
+        assert not gpu_families(metrics)
+        assert process_used not in names
+        assert "reactantserver_worker_device_memory_in_use_bytes" in names  # the rest is there
+        assert "reactantserver_worker_info" in names
+        fake.failing = set()
+        metrics.gpu.refresh()
+        assert len(gpu_families(metrics)) == len(GPU_FAMILIES)
+
+
+def test_a_hung_driver_does_not_slow_the_scrape() -> None:
+    fake = FakeNvml([FakeGpu("GPU-a")])
+    with nvml_metrics(WorkerState(cuda_config(), version="0"), fake) as metrics:
+        assert metrics.gpu is not None
+        fake.running.clear()  # every NVML read blocks from now on
+        metrics.gpu.refresh(timeout_s=0.1)
+        started = time.perf_counter()
+        for _ in range(10):
+            assert len(gpu_families(metrics)) == len(GPU_FAMILIES)  # the last fresh sample
+        assert (time.perf_counter() - started) / 10 < 0.1
+        fake.running.set()
 
 
 # -- a real runtime --------------------------------------------------------------------------

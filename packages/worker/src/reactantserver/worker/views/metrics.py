@@ -28,6 +28,11 @@ Decisions made here:
   (``WorkerMetrics.observe_request``), queue and dispatch by the scheduler. The rest of
   the process's CPU (transport, handler glue, XLA's own threads) is
   ``process_cpu_seconds_total`` minus their sum.
+* On CUDA, the ``reactantserver_worker_gpu_*`` families and
+  ``reactantserver_worker_device_memory_process_used_bytes`` come from NVML through
+  :class:`~reactantserver.worker.views._nvml.GpuSampler`, which reads the device on its own
+  thread: a scrape never waits for the driver. Without NVML, a driver or the device they are
+  absent. Call :meth:`WorkerMetrics.close` to stop that thread (it is a daemon otherwise).
 """
 
 from __future__ import annotations
@@ -42,8 +47,10 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
+from reactantserver.core.config import Backend
 from reactantserver.worker.request_counters import LATENCY_BUCKETS
 from reactantserver.worker.state import RequestObserver, WorkerState
 from reactantserver.worker.views._metrics_collect import (
@@ -53,29 +60,33 @@ from reactantserver.worker.views._metrics_collect import (
     backend_platform,
     worker_label,
 )
+from reactantserver.worker.views._nvml import GpuSample, GpuSampler, NvmlLoader, load_pynvml
 
 __all__ = [
     "CONTENT_TYPE",
     "CPU_STAGES",
     "DEFAULT_WORKER_LABEL",
+    "GPU_FAMILIES",
     "LATENCY_BUCKETS",
     "WorkerMetrics",
     "gpu_selector",
-    "process_device_memory",
 ]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """``Content-Type`` of :meth:`WorkerMetrics.render` (Prometheus text format 0.0.4)."""
 
 
-def process_device_memory() -> int | None:
-    """Device bytes this process uses according to NVML; ``None`` where unknown.
-
-    The seam for ``reactantserver_worker_device_memory_process_used_bytes``. ``nvidia-ml-py`` is
-    not a
-    dependency of the worker, so this reports nothing (the series are then absent).
-    """
-    return None
+GPU_FAMILIES = {
+    "reactantserver_worker_gpu_utilization": "GPU utilization, 0..1 (NVML).",
+    "reactantserver_worker_gpu_memory_used_bytes": "Device memory used, all processes (NVML).",
+    "reactantserver_worker_gpu_memory_total_bytes": "Device memory in total (NVML).",
+    "reactantserver_worker_gpu_power_usage_watts": "Power draw (NVML).",
+    "reactantserver_worker_gpu_power_limit_watts": "Enforced power limit (NVML).",
+    "reactantserver_worker_gpu_energy_joules_total": (
+        "Energy used since the driver was loaded (NVML)."
+    ),
+}
+"""The NVML families of a CUDA worker, name -> help; each sample is labelled ``gpu_uuid``."""
 
 
 def gpu_selector(visible_devices: str | None, device_ordinal: int) -> str | None:
@@ -113,11 +124,42 @@ class _LabelledRegistry(CollectorRegistry):
             yield out
 
 
+class _GpuCollector(Collector):
+    """The ``reactantserver_worker_gpu_*`` families from the sampler's newest reading."""
+
+    def __init__(self, latest: Callable[[], GpuSample | None]) -> None:
+        self._latest = latest
+
+    def collect(self) -> Iterator[Metric]:
+        """One family per quantity the newest fresh sample holds."""
+        sample = self._latest()
+        if sample is None:
+            return
+        labels = {} if sample.uuid is None else {"gpu_uuid": sample.uuid}
+        values = (
+            sample.utilization,
+            sample.memory_used_bytes,
+            sample.memory_total_bytes,
+            sample.power_watts,
+            sample.power_limit_watts,
+            sample.energy_joules,
+        )
+        for (name, help_text), value in zip(GPU_FAMILIES.items(), values, strict=True):
+            if value is None:
+                continue
+            kind = CounterMetricFamily if name.endswith("_total") else GaugeMetricFamily
+            family = kind(name, help_text, labels=list(labels))
+            family.add_metric(list(labels.values()), value)
+            yield family
+
+
 class WorkerMetrics:
     """The worker's registry: request counters plus a scrape-time view of ``state``.
 
-    ``environ`` supplies ``CUDA_VISIBLE_DEVICES`` (the ``gpu`` label); ``process_memory`` is
-    the NVML seam (:func:`process_device_memory`).
+    ``environ`` supplies ``CUDA_VISIBLE_DEVICES`` (the ``gpu`` label); ``nvml`` loads the NVML
+    module (the seam of :mod:`~reactantserver.worker.views._nvml`), asked only by a worker
+    configured for CUDA whose device has a selector. :attr:`gpu` is that worker's sampler,
+    started here.
     """
 
     def __init__(
@@ -125,23 +167,36 @@ class WorkerMetrics:
         state: WorkerState,
         *,
         environ: Mapping[str, str] | None = None,
-        process_memory: Callable[[], int | None] = process_device_memory,
+        nvml: NvmlLoader = load_pynvml,
     ) -> None:
         self._state = state
         env = os.environ if environ is None else environ
         self._gpu = gpu_selector(
             env.get("CUDA_VISIBLE_DEVICES"), state.config.runtime.device_ordinal
         )
+        #: The NVML sampler of the worker's device; ``None`` on CPU or without a selector.
+        self.gpu: GpuSampler | None = None
+        if state.config.runtime.backend is Backend.CUDA and self._gpu is not None:
+            self.gpu = GpuSampler(self._gpu, nvml)
+            self.gpu.start()
         self._counters = state.requests
         #: Counts one finished inference request (a :data:`RequestObserver`): its status, its
         #: handler seconds and its decode and encode CPU.
         self.observe_request: RequestObserver = self._counters.observe
         self.registry: CollectorRegistry = _LabelledRegistry(self._constant_labels)
         self.registry.register(self._counters)
-        self.registry.register(StateCollector(state, process_memory, self.codec_cpu))
+        self.registry.register(StateCollector(state, self._process_memory, self.codec_cpu))
+        self.registry.register(_GpuCollector(self._gpu_sample))
         ProcessCollector(registry=self.registry)
         GCCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
+
+    def _gpu_sample(self) -> GpuSample | None:
+        return None if self.gpu is None else self.gpu.latest()
+
+    def _process_memory(self) -> int | None:
+        sample = self._gpu_sample()
+        return None if sample is None else sample.process_used_bytes
 
     def _constant_labels(self) -> dict[str, str]:
         labels = {"worker": worker_label(self._state)}
@@ -160,3 +215,8 @@ class WorkerMetrics:
     def render(self) -> bytes:
         """The exposition in Prometheus text format 0.0.4 (serve it with :data:`CONTENT_TYPE`)."""
         return generate_latest(self.registry)
+
+    def close(self) -> None:
+        """Stop the NVML sampler, if there is one (the registry still renders)."""
+        if self.gpu is not None:
+            self.gpu.close()
