@@ -3,7 +3,9 @@
 The dashboard must be JSON Grafana imports (panels with ids, types, titles, grid positions and
 targets; unique ids; a ``datasource`` variable), and every metric name its PromQL uses must be
 one a real worker or gateway exports: the slow test starts a real worker and a real
-``lpt_packing`` gateway in front of it, sends requests, and reads both ``/metrics``.
+``lpt_packing`` gateway in front of it, sends requests, and reads both ``/metrics``. That worker
+runs on the CPU, so the NVML families only a CUDA worker exports (``CUDA_ONLY``) are taken from
+the worker's own list; packages/worker/tests/views/test_metrics.py renders them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import yaml
 
+from reactantserver.worker.views.metrics import GPU_FAMILIES
 from tests._e2e_support import make_cache_dir, worker_env
 from tests.gateway_e2e._gateway import running_gateway
 from tests.worker_e2e._bundles import export_examples
@@ -60,6 +63,8 @@ FUNCTIONS = frozenset(
 #: Keywords that look like identifiers outside the clauses stripped below.
 KEYWORDS = frozenset({"and", "or", "unless", "bool", "offset", "group_left", "group_right"})
 SUFFIXES = ("_bucket", "_sum", "_count", "_total")
+#: What a CUDA worker exports beyond a CPU one: the NVML families (docs/reference/metrics.md).
+CUDA_ONLY = {*GPU_FAMILIES, "reactantserver_worker_device_memory_process_used_bytes"}
 LPT = {
     "scheduling": {"mode": "lpt_packing", "compaction_mode": "off"},
     "startup_wait_seconds": 60,
@@ -210,6 +215,21 @@ def test_dashboard_covers_the_issue() -> None:
         assert name in used, name
 
 
+def test_dashboard_shows_the_gpu() -> None:
+    """GPU utilization, memory and power panels, on the NVML families the worker declares."""
+    used = set().union(*(metric_names(e) for e in expressions(load_dashboard())))
+    gpu = {n for n in used if n.startswith("reactantserver_worker_gpu_")}
+    assert gpu <= set(GPU_FAMILIES)
+    for name in (
+        "reactantserver_worker_gpu_utilization",
+        "reactantserver_worker_gpu_memory_used_bytes",
+        "reactantserver_worker_gpu_memory_total_bytes",
+        "reactantserver_worker_gpu_power_usage_watts",
+    ):
+        assert name in gpu, name
+    assert documented_families() >= CUDA_ONLY
+
+
 def test_prometheus_config() -> None:
     config = yaml.safe_load(PROMETHEUS.read_text())
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
@@ -287,7 +307,8 @@ def test_dashboard_uses_only_exported_metrics(exported: set[str]) -> None:
     used = template_metric_names(dashboard)
     for expr in expressions(dashboard):
         used |= metric_names(expr)
-    missing = sorted(name for name in used if not is_exported(name, exported))
+    cuda = exported | CUDA_ONLY
+    missing = sorted(name for name in used if not is_exported(name, cuda))
     assert not missing, f"not exported by the worker or the gateway: {missing}"
     # The check has teeth: the families are really there, by prefix.
     assert any(n.startswith("reactantserver_worker_") for n in exported)
