@@ -11,7 +11,8 @@ workers side by side on the one GPU, each with its own device share:
 ``density_concurrency`` closed-loop one-image clients send requests to the model named by a
 fixed-seed Zipf(1.1) sequence (the same sequence for every worker); the workers alternate over
 ``density_rounds`` windows each. Per worker: req/s, p50/p99, and from ``/metrics`` the loads,
-evictions and prefetches per 1000 requests and the load bandwidth inside the worker.
+evictions and prefetches per 1000 requests and the load bandwidth inside the worker; once, the
+GPU's NVML series (utilisation, memory, power) and each worker's own device memory.
 Targets: throughput >= 0.7x all-resident, p99 <= 3x.
 """
 
@@ -45,6 +46,16 @@ _GAUGES = (
     "reactantserver_worker_weight_cache_max_bytes",
     "reactantserver_worker_device_memory_in_use_bytes",
 )
+#: The NVML series of a CUDA worker (docs/reference/metrics.md); absent on the CPU.
+_GPU = (
+    "reactantserver_worker_gpu_utilization",
+    "reactantserver_worker_gpu_memory_used_bytes",
+    "reactantserver_worker_gpu_memory_total_bytes",
+    "reactantserver_worker_gpu_power_usage_watts",
+    "reactantserver_worker_gpu_power_limit_watts",
+    "reactantserver_worker_gpu_energy_joules_total",
+)
+_PROCESS_USED = "reactantserver_worker_device_memory_process_used_bytes"
 _SEQUENCE = 200_000
 _SEED = 13
 _RESERVE_S = 10.0
@@ -132,6 +143,27 @@ def _measure(step: Step, servers: dict[str, Server], sequence: list[str]) -> lis
     ]
 
 
+def _gpu(servers: dict[str, Server]) -> dict[str, Any]:
+    """The GPU's NVML series from the first worker, each worker's process memory; printed."""
+    try:
+        device = metric_sums(next(iter(servers.values())), _GPU)
+        process = {
+            m: metric_sums(s, (_PROCESS_USED,)).get(_PROCESS_USED) for m, s in servers.items()
+        }
+    except (OSError, ValueError) as error:  # a report line, never the step's failure
+        print(f"GPU series: not read ({error})", flush=True)
+        return {"error": str(error)}
+    if device:
+        shown = "  ".join(
+            f"{k.removeprefix('reactantserver_worker_gpu_')} {v:,.6g}" for k, v in device.items()
+        )
+        print(f"GPU series: {shown}", flush=True)
+    else:
+        print("GPU series: absent (a CPU worker, or no NVML driver)", flush=True)
+    print(f"process device memory: {process}", flush=True)
+    return {"device": device, "process_used_bytes": process}
+
+
 def _figures(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     by = {row["mode"]: row for row in rows}
     resident = by.get("resident")
@@ -210,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         report.put("ready_after_s", ready)
         rows = _measure(step, servers, sequence)
         report.put("modes", rows)
+        report.put("gpu", _gpu(servers))
         report.put("most_popular", by_rank[:10])
         report.add_figures(_figures(rows))
     finally:
