@@ -149,7 +149,7 @@ def _handle(nvml: Any, selector: str) -> Any:
 
 
 def _open(nvml: Any, selector: str, pid: int) -> _Device | None:
-    """NVML initialised and the selector's device found, or ``None`` (never raises)."""
+    """NVML initialised and the selector's device found, or ``None``; no ``NVMLError`` escapes."""
     if nvml is None:
         return None
     try:
@@ -157,12 +157,13 @@ def _open(nvml: Any, selector: str, pid: int) -> _Device | None:
     except nvml.NVMLError as error:
         _log.info("NVML unavailable (%s): no GPU series", error)
         return None
+    why = "none or several match"
     try:
         handle = _handle(nvml, selector)
     except nvml.NVMLError as error:
-        _log.warning("NVML has no device %r (%s): no GPU series", selector, error)
-        handle = None
+        handle, why = None, str(error)
     if handle is None:
+        _log.warning("NVML finds no device for %r (%s): no GPU series", selector, why)
         _shutdown(nvml)
         return None
     return _Device(nvml, handle, pid)

@@ -171,13 +171,13 @@ class WorkerMetrics:
     ) -> None:
         self._state = state
         env = os.environ if environ is None else environ
-        self._gpu = gpu_selector(
+        self._selector = gpu_selector(
             env.get("CUDA_VISIBLE_DEVICES"), state.config.runtime.device_ordinal
         )
         #: The NVML sampler of the worker's device; ``None`` on CPU or without a selector.
         self.gpu: GpuSampler | None = None
-        if state.config.runtime.backend is Backend.CUDA and self._gpu is not None:
-            self.gpu = GpuSampler(self._gpu, nvml)
+        if state.config.runtime.backend is Backend.CUDA and self._selector is not None:
+            self.gpu = GpuSampler(self._selector, nvml)
             self.gpu.start()
         self._counters = state.requests
         #: Counts one finished inference request (a :data:`RequestObserver`): its status, its
@@ -200,8 +200,8 @@ class WorkerMetrics:
 
     def _constant_labels(self) -> dict[str, str]:
         labels = {"worker": worker_label(self._state)}
-        if backend_platform(self._state) == "cuda" and self._gpu is not None:
-            labels["gpu"] = self._gpu
+        if backend_platform(self._state) == "cuda" and self._selector is not None:
+            labels["gpu"] = self._selector
         return labels
 
     def codec_cpu(self) -> dict[str, tuple[int, int]]:
