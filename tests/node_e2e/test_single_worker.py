@@ -110,6 +110,7 @@ def test_a_node_runs_from_flags_alone_on_tritons_three_ports(
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=30)
         assert refused.value.code == 404
+        refused.value.close()
         health = subprocess.run(
             [*command[:3], "healthcheck", *flags],
             cwd=ROOT,

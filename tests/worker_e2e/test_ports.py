@@ -51,7 +51,8 @@ def _get(port: int, path: str) -> tuple[int, bytes]:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as reply:
             return reply.status, reply.read()
     except urllib.error.HTTPError as error:
-        return error.code, error.read()
+        with error:
+            return error.code, error.read()
 
 
 def test_rest_port_serves_kserve_and_probes_only(flagged: tuple[WorkerProcess, int]) -> None:

@@ -301,6 +301,7 @@ class WorkerServer:
             await self.lane.close()
         for runner in self._runners:
             await runner.cleanup()
+        self.metrics.close()
         if runtime is not None:
             runtime.pool.shutdown(wait=False, cancel_futures=True)
             if self._booted is not None and self._booted.done():
