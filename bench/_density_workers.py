@@ -62,11 +62,11 @@ class ArenaSettings:
         return cls(budget, budget + model_bytes + _HEADROOM_BYTES, bandwidth)
 
     def env(self) -> dict[str, str]:
-        """The ``INFERENCE_SERVER_*`` overrides that set it."""
+        """The ``REACTANTSERVER_WORKER_*`` overrides that set it."""
         return {
-            "INFERENCE_SERVER_RUNTIME_WEIGHT_CACHE_MAX_BYTES": str(self.budget_bytes),
-            "INFERENCE_SERVER_RUNTIME_CPU_ARENA_BYTES": str(self.arena_bytes),
-            "INFERENCE_SERVER_RUNTIME_CPU_ARENA_BANDWIDTH_BYTES_PER_S": repr(
+            "REACTANTSERVER_WORKER_RUNTIME_WEIGHT_CACHE_MAX_BYTES": str(self.budget_bytes),
+            "REACTANTSERVER_WORKER_RUNTIME_CPU_ARENA_BYTES": str(self.arena_bytes),
+            "REACTANTSERVER_WORKER_RUNTIME_CPU_ARENA_BANDWIDTH_BYTES_PER_S": repr(
                 self.bandwidth_bytes_per_s
             ),
         }
@@ -77,7 +77,7 @@ def start_density_worker(
 ) -> Server:
     """A worker on ``catalog`` with ``arena``; ``cache`` is the executable cache all share."""
     tmp.mkdir(parents=True)
-    env = {**arena.env(), "INFERENCE_SERVER_CACHE_DIR": str(cache)}
+    env = {**arena.env(), "REACTANTSERVER_WORKER_CACHE_DIR": str(cache)}
     return start_worker(tmp, catalog.root, env, cpus)
 
 

@@ -63,14 +63,14 @@ class Arena:
     bandwidth_bytes_per_s: float = 0.0
 
     def env(self) -> dict[str, str]:
-        """The worker's ``INFERENCE_SERVER_RUNTIME_*`` overrides."""
+        """The worker's ``REACTANTSERVER_WORKER_RUNTIME_*`` overrides."""
         out = {
-            "INFERENCE_SERVER_RUNTIME_CPU_ARENA_BYTES": str(self.arena_bytes),
-            "INFERENCE_SERVER_RUNTIME_WEIGHT_CACHE_MAX_BYTES": str(self.budget_bytes),
-            "INFERENCE_SERVER_SCHEDULER_DISCIPLINE": "fifo",
+            "REACTANTSERVER_WORKER_RUNTIME_CPU_ARENA_BYTES": str(self.arena_bytes),
+            "REACTANTSERVER_WORKER_RUNTIME_WEIGHT_CACHE_MAX_BYTES": str(self.budget_bytes),
+            "REACTANTSERVER_WORKER_SCHEDULER_DISCIPLINE": "fifo",
         }
         if self.bandwidth_bytes_per_s > 0:
-            out["INFERENCE_SERVER_RUNTIME_CPU_ARENA_BANDWIDTH_BYTES_PER_S"] = str(
+            out["REACTANTSERVER_WORKER_RUNTIME_CPU_ARENA_BANDWIDTH_BYTES_PER_S"] = str(
                 self.bandwidth_bytes_per_s
             )
         return out
@@ -130,7 +130,7 @@ def fleet(
 ) -> Iterator[Fleet]:
     """Fresh workers (started together) and a ``mode`` gateway; everything stopped after."""
     start = time.perf_counter()
-    env = {**arena.env(), "INFERENCE_SERVER_CACHE_DIR": str(tmp / "executables")}
+    env = {**arena.env(), "REACTANTSERVER_WORKER_CACHE_DIR": str(tmp / "executables")}
     servers: list[Server] = []
     try:
         for i in range(2):

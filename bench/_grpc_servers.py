@@ -213,22 +213,22 @@ def start_worker(
     """Start ``python -m reactantserver.worker --model-repo models`` on free ports.
 
     Static model control (no repository polling), CPU backend, warnings-only logs, its
-    executable cache under ``tmp``; ``extra_env`` (``INFERENCE_SERVER_*`` overrides) last.
+    executable cache under ``tmp``; ``extra_env`` (``REACTANTSERVER_WORKER_*`` overrides) last.
     """
     port = free_port()
     env = dict(os.environ)
     env.update(
-        INFERENCE_SERVER_ENDPOINTS_PORT=str(port),
-        INFERENCE_SERVER_ENDPOINTS_METRICS_PORT=str(free_port()),
-        INFERENCE_SERVER_ENDPOINTS_HTTP_PORT="0",  # REST on the metrics port
-        INFERENCE_SERVER_MODEL_CONTROL_MODE="static",
-        INFERENCE_SERVER_RUNTIME_BACKEND="cpu",
-        INFERENCE_SERVER_CACHE_DIR=str(tmp / "cache"),
-        INFERENCE_SERVER_LOGGING_LEVEL="warning",
+        REACTANTSERVER_WORKER_ENDPOINTS_PORT=str(port),
+        REACTANTSERVER_WORKER_ENDPOINTS_METRICS_PORT=str(free_port()),
+        REACTANTSERVER_WORKER_ENDPOINTS_HTTP_PORT="0",  # REST on the metrics port
+        REACTANTSERVER_WORKER_MODEL_CONTROL_MODE="static",
+        REACTANTSERVER_WORKER_RUNTIME_BACKEND="cpu",
+        REACTANTSERVER_WORKER_CACHE_DIR=str(tmp / "cache"),
+        REACTANTSERVER_WORKER_LOGGING_LEVEL="warning",
     )
     env.update(extra_env)
     argv = [sys.executable, "-m", _worker_module(), "--model-repo", str(models)]
-    http_port = int(env["INFERENCE_SERVER_ENDPOINTS_METRICS_PORT"])
+    http_port = int(env["REACTANTSERVER_WORKER_ENDPOINTS_METRICS_PORT"])
     return Server("worker", argv, env, port, tmp / "worker.log", cpus=cpus, http_port=http_port)
 
 

@@ -77,7 +77,7 @@ def start_gateway(
     }
     config_file = directory / f"{name}.yml"
     config_file.write_text(yaml.safe_dump(config))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REACTANT_GATEWAY_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REACTANTSERVER_GATEWAY_")}
     argv = [sys.executable, "-m", "reactantserver.gateway", "--config", str(config_file)]
     return Server(name, argv, env, port, directory / f"{name}.log", cpus=cpus)
 
@@ -227,7 +227,7 @@ def _start(
     """Workers A then B (B compiles nothing: same cache), then both gateways; ready times."""
     models = tmp / "models"
     export_examples(models, MODELS)
-    cache = {"INFERENCE_SERVER_CACHE_DIR": str(tmp / "cache")}
+    cache = {"REACTANTSERVER_WORKER_CACHE_DIR": str(tmp / "cache")}
     ready: dict[str, float] = {}
     steps: list[tuple[str, Callable[[], Server]]] = [
         ("worker_a", lambda: start_worker(_dir(tmp, "a"), models, cache, cpus)),

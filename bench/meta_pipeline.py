@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         models = tmp / "models"
         export_examples(models, ["pipeline"])
         worker = start_worker(
-            tmp, models, {"INFERENCE_SERVER_META_EXPOSE_SUB_MODELS": "true"}, None
+            tmp, models, {"REACTANTSERVER_WORKER_META_EXPOSE_SUB_MODELS": "true"}, None
         )
         try:
             worker.wait_ready(["pipeline", "pipeline_embed", "pipeline_score"], 300.0)

@@ -52,8 +52,8 @@ QUEUE_DELAY_US = 2000
 #: 2-core box's event loop ~1.5-2 ms, so a 1 ms delay ran out at ~5 rows. A lone client does
 #: not wait (its recent batches hold one row).
 QUEUE_DELAY_ENV = {
-    "INFERENCE_SERVER_SCHEDULER_MAX_QUEUE_DELAY_MICROSECONDS": str(QUEUE_DELAY_US),
-    "INFERENCE_SERVER_SCHEDULER_PAD_UP_WHEN_CHEAPER": "true",
+    "REACTANTSERVER_WORKER_SCHEDULER_MAX_QUEUE_DELAY_MICROSECONDS": str(QUEUE_DELAY_US),
+    "REACTANTSERVER_WORKER_SCHEDULER_PAD_UP_WHEN_CHEAPER": "true",
 }
 
 

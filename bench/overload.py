@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(name)
         models = tmp / "models"
         export_examples(models, [args.model])
-        env = {"INFERENCE_SERVER_ENDPOINTS_MAX_CONCURRENT_REQUESTS": str(args.cap)}
+        env = {"REACTANTSERVER_WORKER_ENDPOINTS_MAX_CONCURRENT_REQUESTS": str(args.cap)}
         worker = start_worker(tmp, models, env, server_cpus)
         try:
             if client_cpus is not None:

@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             models = tmp / "models"
             export_examples(models, args.model)
         http_port = free_port()
-        env = {"INFERENCE_SERVER_ENDPOINTS_METRICS_PORT": str(http_port)}
+        env = {"REACTANTSERVER_WORKER_ENDPOINTS_METRICS_PORT": str(http_port)}
         worker = start_worker(tmp, models, env, server_cpus)
         try:
             if client_cpus is not None:

@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         for threads in args.threads:
             run = tmp / f"t{threads}"
             run.mkdir()
-            env = {"INFERENCE_SERVER_ENDPOINTS_FRONT_THREADS": str(threads)}
+            env = {"REACTANTSERVER_WORKER_ENDPOINTS_FRONT_THREADS": str(threads)}
             worker = start_worker(run, models, env, frozenset(server_cpus))
             try:
                 worker.wait_ready([MODEL], args.startup_timeout)

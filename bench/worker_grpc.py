@@ -149,9 +149,9 @@ def _parser() -> argparse.ArgumentParser:
         "--worker-env",
         action="append",
         default=[],
-        metavar="INFERENCE_SERVER_KEY=VALUE",
+        metavar="REACTANTSERVER_WORKER_KEY=VALUE",
         help="extra worker configuration (repeatable), e.g. "
-        "INFERENCE_SERVER_SCHEDULER_PAD_UP_WHEN_CHEAPER=true",
+        "REACTANTSERVER_WORKER_SCHEDULER_PAD_UP_WHEN_CHEAPER=true",
     )
     parser.add_argument(
         "--startup-timeout", type=float, default=300.0, help="seconds to wait for readiness"
@@ -179,8 +179,8 @@ def _worker_env(pairs: Sequence[str]) -> dict[str, str]:
     env = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key.startswith("INFERENCE_SERVER_"):
-            raise SystemExit(f"--worker-env takes INFERENCE_SERVER_<KEY>=VALUE, not {pair!r}")
+        if not sep or not key.startswith("REACTANTSERVER_WORKER_"):
+            raise SystemExit(f"--worker-env takes REACTANTSERVER_WORKER_<KEY>=VALUE, not {pair!r}")
         env[key] = value
     return env
 

@@ -60,16 +60,16 @@ def export_repo(
 def worker_env(cache_dir: Path, name: str | None = None, **settings: str) -> dict[str, str]:
     """The environment of a test worker: static model control, loopback only, ``cache_dir``.
 
-    ``settings`` name ``INFERENCE_SERVER_*`` variables by their suffix
+    ``settings`` name ``REACTANTSERVER_WORKER_*`` variables by their suffix
     (``SCHEDULER_DISCIPLINE="fifo"``) and win over the defaults; ``name`` is the worker's
-    ``REACTANT_WORKER_NAME``. The one helper every end-to-end suite builds workers with.
+    ``REACTANTSERVER_WORKER_NAME``. The one helper every end-to-end suite builds workers with.
     """
     env = {
-        "INFERENCE_SERVER_CACHE_DIR": str(cache_dir),
-        "INFERENCE_SERVER_MODEL_CONTROL_MODE": "static",
-        "INFERENCE_SERVER_ENDPOINTS_HOST": "127.0.0.1",
+        "REACTANTSERVER_WORKER_CACHE_DIR": str(cache_dir),
+        "REACTANTSERVER_WORKER_MODEL_CONTROL_MODE": "static",
+        "REACTANTSERVER_WORKER_ENDPOINTS_HOST": "127.0.0.1",
     }
-    env.update({f"INFERENCE_SERVER_{key}": value for key, value in settings.items()})
+    env.update({f"REACTANTSERVER_WORKER_{key}": value for key, value in settings.items()})
     if name is not None:
-        env["REACTANT_WORKER_NAME"] = name
+        env["REACTANTSERVER_WORKER_NAME"] = name
     return env

@@ -95,15 +95,17 @@ def test_make_serve_from_a_fresh_clone(tmp_path: Path) -> None:
     while len({grpc_port, http_port, rest_port}) < 3:
         http_port, rest_port = free_port(), free_port()
     env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("INFERENCE_SERVER_", "REACTANT_"))
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("REACTANTSERVER_", "REACTANT_", "INFERENCE_SERVER_"))
     }
     env.pop("VIRTUAL_ENV", None)
     env.update(
         {
-            "REACTANT_GATEWAY_LISTEN_GRPC": f"127.0.0.1:{grpc_port}",
-            "REACTANT_GATEWAY_LISTEN_METRICS": f"127.0.0.1:{http_port}",
-            "REACTANT_GATEWAY_LISTEN_HTTP": f"127.0.0.1:{rest_port}",
-            "REACTANT_CACHE_DIR": str(tmp_path / "cache"),
+            "REACTANTSERVER_GATEWAY_LISTEN_GRPC": f"127.0.0.1:{grpc_port}",
+            "REACTANTSERVER_GATEWAY_LISTEN_METRICS": f"127.0.0.1:{http_port}",
+            "REACTANTSERVER_GATEWAY_LISTEN_HTTP": f"127.0.0.1:{rest_port}",
+            "REACTANTSERVER_CACHE_DIR": str(tmp_path / "cache"),
             "XDG_RUNTIME_DIR": str(tmp_path / "run"),
             "PYTHONUNBUFFERED": "1",
         }

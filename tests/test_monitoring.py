@@ -283,7 +283,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[set[str]]:
         SCHEDULER_DISCIPLINE="fifo",
         RUNTIME_WEIGHT_CACHE_MAX_BYTES="1000000",
     )
-    env["REACTANT_WORKER_NAME"] = "w0"
+    env["REACTANTSERVER_WORKER_NAME"] = "w0"
     with (
         running_worker(repo, logs / "worker.log", env) as worker,
         running_gateway([worker], logs, settings=LPT) as gateway,

@@ -3,7 +3,8 @@
 Usage: ``python tools/config_reference.py`` (``--check``: exit 1 when the page is stale).
 Every table row comes from the attrs classes of ``reactantserver.core.config`` (worker and
 node files) and ``reactantserver.gateway.config`` (gateway file): key, type, default, the
-environment variable that overrides it, and the docstring under the field. The prose around
+environment variable that overrides it, and the docstring under the field; the table of
+process variables and of the older names comes from core's variable scheme. The prose around
 the tables is written here. ``tests/test_config_reference.py`` fails when the committed page
 differs from what this prints.
 """
@@ -15,44 +16,30 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from reactantserver.core.config import NodeConfig, WorkerConfig, env_override_variables
+from reactantserver.core.config import (
+    NODE_KEY_VARIABLES,
+    PROCESS_VARIABLES,
+    RENAMED_PREFIXES,
+    NodeConfig,
+    WorkerConfig,
+    env_override_variables,
+    renamed_variables,
+)
 from reactantserver.core.config.reference import key_rows, markdown_table
 from reactantserver.gateway.config import GatewayConfig, gateway_env_variables
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "reference" / "configuration.md"
 
-# Node-file keys with a variable of their own (read by reactantserver-node, not the schema).
+# Node-file keys with a variable of their own (read by reactantserver-node, not the schema);
+# the node's listen.* addresses are its gateway's, so they share the gateway's variables.
 _NODE_VARIABLES = {
-    "role": "REACTANT_ROLE",
-    "gpus": "REACTANT_GPUS",
-    "cpu_workers": "REACTANT_CPU_WORKERS",
-    "supervisor.max_restarts": "REACTANT_SUPERVISOR_MAX_RESTARTS",
-    "listen.http": "REACTANT_GATEWAY_LISTEN_HTTP",
-    "listen.grpc": "REACTANT_GATEWAY_LISTEN_GRPC",
-    "listen.metrics": "REACTANT_GATEWAY_LISTEN_METRICS",
+    **{".".join(path): name for name, path in NODE_KEY_VARIABLES.items()},
+    **{
+        key: name
+        for name, key in gateway_env_variables().items()
+        if key in ("listen.http", "listen.grpc", "listen.metrics")
+    },
 }
-
-_OTHER_VARIABLES = (
-    (
-        "REACTANT_NODE_FILE",
-        "The node file `reactantserver-node` reads (default `/etc/reactantserver/node.yaml`).",
-    ),
-    (
-        "REACTANT_GATEWAY_FILE",
-        "The gateway file `reactantserver-gateway` reads, when `--config` is not given.",
-    ),
-    (
-        "REACTANT_CACHE_DIR",
-        "Where caches live when `cache_dir` is empty (default "
-        "`$XDG_CACHE_HOME/reactantserver`, else `~/.cache/reactantserver`).",
-    ),
-    (
-        "REACTANT_WORKER_NAME",
-        "The worker's name (its `worker` metric label); the node sets it for each child.",
-    ),
-    ("REACTANT_WORKER_THREADS", "Threads of a worker's hook pool (default `min(cpu_count, 16)`)."),
-)
-
 _INTRO = """\
 # Configuration reference
 
@@ -67,14 +54,57 @@ How values combine, lowest to highest precedence:
 2. the file: a worker's keys come from the node file's `global:` block, then its entry under
    `workers:` (a standalone `reactantserver-worker --model-repo DIR` uses the defaults); the
    gateway reads its own YAML file;
-3. the environment: `INFERENCE_SERVER_<KEY>` for worker keys (dots and nesting become `_`,
-   e.g. `scheduler.max_queue_depth` is `INFERENCE_SERVER_SCHEDULER_MAX_QUEUE_DEPTH`),
-   `REACTANT_GATEWAY_<KEY>` for gateway keys, and the `REACTANT_*` variables of the node.
+3. the environment: `REACTANTSERVER_WORKER_<KEY>` for worker keys (dots and nesting become
+   `_`, e.g. `scheduler.max_queue_depth` is `REACTANTSERVER_WORKER_SCHEDULER_MAX_QUEUE_DEPTH`),
+   `REACTANTSERVER_GATEWAY_<KEY>` for gateway keys and `REACTANTSERVER_NODE_<KEY>` for the
+   node keys that have one (see [Environment variables](#environment-variables) below);
+4. command-line flags, where a program has them.
 
 A bad value anywhere stops the process at start-up with one line per problem, naming the key
 path (`scheduler.max_queue_depth: must be >= 1, got 0`). Boolean variables accept
 `1/true/yes/on` and `0/false/no/off`; list variables separate items with `:` (worker) or `,`
 (gateway). For a runnable node file, see [deployment.md](../deployment.md).
+"""
+
+_SCHEME = """\
+## Environment variables
+
+Every variable starts with `REACTANTSERVER_`, then names the component it configures:
+
+| Variable | What it sets |
+|---|---|
+| `REACTANTSERVER_WORKER_<KEY_PATH>` | a worker key (table above) |
+| `REACTANTSERVER_GATEWAY_<KEY_PATH>` | a gateway key (table above); `_WORKERS`, \
+`_WORKER_METRICS`, `_WORKER_NAMES` set the worker lists |
+| `REACTANTSERVER_NODE_<KEY_PATH>` | a node-file key that has a variable (table above) |
+| the fixed list below | process settings that are not keys |
+
+`<KEY_PATH>` is the dotted key with dots and nesting as `_`, in capitals:
+`scheduler.discipline` is `REACTANTSERVER_WORKER_SCHEDULER_DISCIPLINE`. Per-model and
+per-endpoint maps have no variables. A variable of the component's prefix that names no key
+is reported at start-up with the closest name (`ignoring unknown variable
+REACTANTSERVER_WORKER_SCHEDULER_DISCIPLIN (did you mean
+REACTANTSERVER_WORKER_SCHEDULER_DISCIPLINE?)`).
+
+The process variables are a fixed list; no key may have one of these names (the key tables
+refuse to build, and a test checks every key-derived name against the list):
+
+| Variable | Meaning |
+|---|---|
+{process}
+
+### Older names (deprecated)
+
+The names before this scheme still work. At start-up each older name found is reported once
+(`REACTANT_ROLE is deprecated; use REACTANTSERVER_NODE_ROLE`); when the new name is set too,
+the new name wins and the report says so. Under a node only the supervisor reports them: its
+children are started with the new names only. Removed variables
+(`INFERENCE_SERVER_RUNTIME_RESIDENCY_MODE`, `INFERENCE_SERVER_BATCH_POLICY_*`, ...) stay errors
+with their hint, under either spelling.
+
+| Older name | New name |
+|---|---|
+{renamed}
 """
 
 
@@ -98,7 +128,12 @@ def render() -> str:
         rename={"global_settings": "global"},
     )
     gateway = key_rows(GatewayConfig, variable=lambda p: gateway_vars.get(".".join(p), ""))
-    others = "\n".join(f"| `{name}` | {meaning} |" for name, meaning in _OTHER_VARIABLES)
+    process = "\n".join(f"| `{name}` | {meaning} |" for name, meaning in PROCESS_VARIABLES.items())
+    renamed = [(f"{old}<KEY_PATH>", f"{new}<KEY_PATH>") for old, new in RENAMED_PREFIXES.items()]
+    renamed += sorted(renamed_variables().items())
+    scheme = _SCHEME.format(
+        process=process, renamed="\n".join(f"| `{old}` | `{new}` |" for old, new in renamed)
+    )
     return "\n".join(
         [
             _INTRO,
@@ -118,12 +153,7 @@ def render() -> str:
             "embedded gateway from the node file's `gateway:` block.",
             "",
             markdown_table(gateway),
-            "## Other environment variables",
-            "",
-            "| Variable | Meaning |",
-            "|---|---|",
-            others,
-            "",
+            scheme,
         ]
     )
 

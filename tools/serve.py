@@ -7,7 +7,7 @@ saying so. Then ``reactantserver-node --model-repository DIR`` (no node file: Tr
 CPU worker where no GPU is found) serves DIR. Once the node answers its healthcheck, this prints
 where to connect and a tritonclient snippet to paste. Ctrl-C (SIGINT) or SIGTERM stops the
 node and everything under it; the exit status is the node's. The public addresses follow the
-node's own overrides, ``REACTANT_GATEWAY_LISTEN_HTTP``, ``_GRPC`` and ``_METRICS``.
+node's own overrides, ``REACTANTSERVER_GATEWAY_LISTEN_HTTP``, ``_GRPC`` and ``_METRICS``.
 """
 
 from __future__ import annotations
@@ -71,9 +71,11 @@ def _client_address(listen: str) -> str:
 
 
 def _banner(models: Path) -> None:
-    rest = _client_address(os.environ.get("REACTANT_GATEWAY_LISTEN_HTTP", "0.0.0.0:8000"))
-    grpc = _client_address(os.environ.get("REACTANT_GATEWAY_LISTEN_GRPC", "0.0.0.0:8001"))
-    metrics = _client_address(os.environ.get("REACTANT_GATEWAY_LISTEN_METRICS", "0.0.0.0:8002"))
+    rest = _client_address(os.environ.get("REACTANTSERVER_GATEWAY_LISTEN_HTTP", "0.0.0.0:8000"))
+    grpc = _client_address(os.environ.get("REACTANTSERVER_GATEWAY_LISTEN_GRPC", "0.0.0.0:8001"))
+    metrics = _client_address(
+        os.environ.get("REACTANTSERVER_GATEWAY_LISTEN_METRICS", "0.0.0.0:8002")
+    )
     names = sorted(p.parent.name for p in models.glob("*/manifest.yaml"))
     lines = [
         "",

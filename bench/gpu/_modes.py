@@ -120,18 +120,18 @@ def bench_env(mode: Mode) -> dict[str, str]:
 
 
 def worker_env(mode: Mode, cache: Path, *, mem_fraction: float) -> dict[str, str]:
-    """``INFERENCE_SERVER_*`` overrides for a kit worker on ``mode``'s platform.
+    """``REACTANTSERVER_WORKER_*`` overrides for a kit worker on ``mode``'s platform.
 
     Autotuning is off everywhere in the kit (a ResNet-50's convolutions autotune for minutes);
     every executable, raw or served, comes from the same executable cache, so figures compare
     like with like. The worker claims its device share at start (the product's default).
     """
     return {
-        "INFERENCE_SERVER_RUNTIME_BACKEND": "cuda" if mode.platform == "cuda" else "cpu",
-        "INFERENCE_SERVER_RUNTIME_ALLOW_CPU_FALLBACK": "false",
-        "INFERENCE_SERVER_RUNTIME_MEM_FRACTION": f"{mem_fraction:g}",
-        "INFERENCE_SERVER_RUNTIME_PREALLOCATE": "true",
-        "INFERENCE_SERVER_RUNTIME_AUTOTUNE": "false",
-        "INFERENCE_SERVER_CACHE_DIR": str(cache),
-        "INFERENCE_SERVER_LOGGING_LEVEL": "info",
+        "REACTANTSERVER_WORKER_RUNTIME_BACKEND": "cuda" if mode.platform == "cuda" else "cpu",
+        "REACTANTSERVER_WORKER_RUNTIME_ALLOW_CPU_FALLBACK": "false",
+        "REACTANTSERVER_WORKER_RUNTIME_MEM_FRACTION": f"{mem_fraction:g}",
+        "REACTANTSERVER_WORKER_RUNTIME_PREALLOCATE": "true",
+        "REACTANTSERVER_WORKER_RUNTIME_AUTOTUNE": "false",
+        "REACTANTSERVER_WORKER_CACHE_DIR": str(cache),
+        "REACTANTSERVER_WORKER_LOGGING_LEVEL": "info",
     }

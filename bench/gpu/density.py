@@ -68,8 +68,8 @@ def _scrape(server: Server) -> dict[str, float]:
 def _start(step: Step, catalog: Catalog, mode: str) -> Server:
     budget = catalog.total_bytes if mode == "resident" else catalog.total_bytes // 5
     env = worker_env(step.mode, step.work / "cache", mem_fraction=step.mode.density_mem_fraction)
-    env["INFERENCE_SERVER_RUNTIME_WEIGHT_CACHE_MAX_BYTES"] = str(budget)
-    env["INFERENCE_SERVER_SCHEDULER_PREFETCH_WEIGHTS"] = (
+    env["REACTANTSERVER_WORKER_RUNTIME_WEIGHT_CACHE_MAX_BYTES"] = str(budget)
+    env["REACTANTSERVER_WORKER_SCHEDULER_PREFETCH_WEIGHTS"] = (
         "false" if mode == "no_prefetch" else "true"
     )
     tmp = step.work / f"density-{mode}"

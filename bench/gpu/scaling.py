@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         run = step.work / f"scaling-t{threads}"
         run.mkdir(parents=True, exist_ok=True)
         env = worker_env(step.mode, step.work / "cache", mem_fraction=0.1)
-        env["INFERENCE_SERVER_ENDPOINTS_FRONT_THREADS"] = str(threads)
+        env["REACTANTSERVER_WORKER_ENDPOINTS_FRONT_THREADS"] = str(threads)
         worker = start_worker(run, repo, env, frozenset(server_cpus))
         try:
             worker.wait_ready([MODEL], max(5.0, step.left() - window - 4.0))

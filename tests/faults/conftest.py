@@ -53,8 +53,8 @@ def worker(
     """A ``static`` worker on :func:`repo`, ready; it must exit 0 at the end of the session."""
     log = tmp_path_factory.mktemp("logs") / "worker.log"
     env = {
-        "INFERENCE_SERVER_CACHE_DIR": str(cache_dir),
-        "INFERENCE_SERVER_MODEL_CONTROL_MODE": "static",
+        "REACTANTSERVER_WORKER_CACHE_DIR": str(cache_dir),
+        "REACTANTSERVER_WORKER_MODEL_CONTROL_MODE": "static",
     }
     with running_worker(repo, log, env) as process:
         yield process

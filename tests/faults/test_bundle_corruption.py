@@ -44,9 +44,9 @@ def dynamic(
     for name in ("victim", "bystander"):
         shutil.copytree(repo / "mlp", models / name)
     env = {
-        "INFERENCE_SERVER_CACHE_DIR": str(cache_dir),
-        "INFERENCE_SERVER_MODEL_CONTROL_MODE": "dynamic",
-        "INFERENCE_SERVER_MODEL_POLL_SECONDS": str(POLL_S),
+        "REACTANTSERVER_WORKER_CACHE_DIR": str(cache_dir),
+        "REACTANTSERVER_WORKER_MODEL_CONTROL_MODE": "dynamic",
+        "REACTANTSERVER_WORKER_MODEL_POLL_SECONDS": str(POLL_S),
     }
     with running_worker(models, base / "worker.log", env) as process:
         yield process

@@ -95,7 +95,7 @@ def _entries(cache: Path) -> list[Path]:
 def test_corrupt_cache_entries_are_recompiled(repo: Path, tmp_path: Path, capsys: Any) -> None:
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o700)
-    env = {"INFERENCE_SERVER_CACHE_DIR": str(cache)}
+    env = {"REACTANTSERVER_WORKER_CACHE_DIR": str(cache)}
     with running_worker(repo, tmp_path / "fill.log", env) as worker:
         _serve_correctly(worker, repo)
         compiled = worker.metric(MISSES)

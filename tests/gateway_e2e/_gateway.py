@@ -99,7 +99,7 @@ class GatewayProcess:
 
     def start(self) -> None:
         """Spawn the process (returns at once; see :meth:`wait_ready`)."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("REACTANT_GATEWAY_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REACTANTSERVER_GATEWAY_")}
         env["PYTHONUNBUFFERED"] = "1"
         env.update(self.env)
         command = [

@@ -45,7 +45,7 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def workers(repo: Path, cache_dir: Path, logs: Path) -> Iterator[list[WorkerProcess]]:
     """Two ready workers on the same repository (the second reuses the first's executables)."""
-    envs = [{**worker_env(cache_dir), "REACTANT_WORKER_NAME": f"w{i}"} for i in range(2)]
+    envs = [{**worker_env(cache_dir), "REACTANTSERVER_WORKER_NAME": f"w{i}"} for i in range(2)]
     with running_workers(repo, logs, envs) as started:
         yield started
 

@@ -49,7 +49,7 @@ def killable_workers(
     started: list[WorkerProcess] = []
     try:
         for i in range(count):
-            env = {**worker_env(cache_dir), "REACTANT_WORKER_NAME": f"k{i}"}
+            env = {**worker_env(cache_dir), "REACTANTSERVER_WORKER_NAME": f"k{i}"}
             worker = WorkerProcess(repo, directory / f"killable{i}.log", env)
             worker.start()
             started.append(worker)

@@ -55,7 +55,7 @@ def _advert(url: str) -> Advert | None:
 @pytest.fixture(scope="module")
 def grpc_gateway(workers: list[WorkerProcess], logs: Path) -> Iterator[GatewayProcess]:
     """A second gateway over the session workers with ``worker_client.lane`` off."""
-    env = {"REACTANT_GATEWAY_WORKER_CLIENT_LANE": "false"}
+    env = {"REACTANTSERVER_GATEWAY_WORKER_CLIENT_LANE": "false"}
     with running_gateway(workers, logs, env=env, name="gateway-grpc") as process:
         yield process
 
@@ -123,10 +123,10 @@ def test_without_lanes_the_gateway_forwards_over_grpc(
 def test_a_worker_with_the_lane_off_advertises_none_and_a_stopped_one_removes_its_socket(
     repo: Path, cache_dir: Path, logs: Path
 ) -> None:
-    env = {**worker_env(cache_dir, ENDPOINTS_LANE="false"), "REACTANT_WORKER_NAME": "nolane"}
+    env = {**worker_env(cache_dir, ENDPOINTS_LANE="false"), "REACTANTSERVER_WORKER_NAME": "nolane"}
     with running_worker(repo, logs / "worker-nolane.log", env) as worker:
         assert _advert(worker.url) is None
-    env = {**worker_env(cache_dir), "REACTANT_WORKER_NAME": "lane"}
+    env = {**worker_env(cache_dir), "REACTANTSERVER_WORKER_NAME": "lane"}
     with running_worker(repo, logs / "worker-lane.log", env) as worker:
         advert = _advert(worker.url)
         assert advert is not None

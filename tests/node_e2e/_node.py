@@ -1,8 +1,8 @@
 """The node end-to-end harness: a real ``reactantserver-node`` supervising real children.
 
 The node runs as ``python -m reactantserver.node --node-file FILE`` with a node file written by
-the test: its own free public ports (through ``REACTANT_GATEWAY_LISTEN_*``, as an operator would
-override them), free worker port ranges, a private runtime directory, and the suite's model
+the test: its own free public ports (through ``REACTANTSERVER_GATEWAY_LISTEN_*``, as an operator
+would override them), free worker port ranges, a private runtime directory, and the suite's model
 repository and executable cache. Its multiplexed log goes to a file the tests read.
 """
 
@@ -95,14 +95,14 @@ class NodeProcess:
         env = {
             k: v
             for k, v in os.environ.items()
-            if not k.startswith(("INFERENCE_SERVER_", "REACTANT_"))
+            if not k.startswith(("REACTANTSERVER_", "REACTANT_", "INFERENCE_SERVER_"))
         }
         env.update(
             {
-                "REACTANT_GATEWAY_LISTEN_GRPC": self.url,
-                "REACTANT_GATEWAY_LISTEN_METRICS": f"127.0.0.1:{self.http_port}",
+                "REACTANTSERVER_GATEWAY_LISTEN_GRPC": self.url,
+                "REACTANTSERVER_GATEWAY_LISTEN_METRICS": f"127.0.0.1:{self.http_port}",
                 # REST shares the metrics port (one HTTP port, as the tests address it).
-                "REACTANT_GATEWAY_LISTEN_HTTP": f"127.0.0.1:{self.http_port}",
+                "REACTANTSERVER_GATEWAY_LISTEN_HTTP": f"127.0.0.1:{self.http_port}",
                 "XDG_RUNTIME_DIR": str(self.runtime_dir),
                 "PYTHONUNBUFFERED": "1",
             }

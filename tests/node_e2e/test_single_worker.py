@@ -68,11 +68,13 @@ def test_a_node_runs_from_flags_alone_on_tritons_three_ports(
     while len({http, grpc, metrics}) < 3:
         grpc, metrics = free_port(), free_port()
     env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("INFERENCE_SERVER_", "REACTANT_"))
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("REACTANTSERVER_", "REACTANT_", "INFERENCE_SERVER_"))
     }
     env.update(
         {
-            "REACTANT_CACHE_DIR": str(cache_dir),
+            "REACTANTSERVER_CACHE_DIR": str(cache_dir),
             "XDG_RUNTIME_DIR": str(tmp_path / "run"),
             "PYTHONUNBUFFERED": "1",
         }

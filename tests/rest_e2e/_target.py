@@ -127,5 +127,5 @@ def grpc_input(name: str, array: np.ndarray[Any, Any], datatype: str) -> Any:
 def explicit_env(cache_dir: Path, name: str) -> dict[str, str]:
     """A worker behind the gateway, in ``explicit`` model control mode, called ``name``."""
     env = worker_env(cache_dir, MODEL_CONTROL_MODE="explicit")
-    env["REACTANT_WORKER_NAME"] = name
+    env["REACTANTSERVER_WORKER_NAME"] = name
     return env

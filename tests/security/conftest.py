@@ -51,12 +51,13 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def base_env(cache_dir: Path, **extra: str) -> dict[str, str]:
-    """A worker's environment: the shared cache, static mode, ``extra`` ``INFERENCE_SERVER_*``."""
+    """A worker's environment: the shared cache, static mode, ``extra``
+    ``REACTANTSERVER_WORKER_*``."""
     env = {
-        "INFERENCE_SERVER_CACHE_DIR": str(cache_dir),
-        "INFERENCE_SERVER_MODEL_CONTROL_MODE": "static",
+        "REACTANTSERVER_WORKER_CACHE_DIR": str(cache_dir),
+        "REACTANTSERVER_WORKER_MODEL_CONTROL_MODE": "static",
     }
-    env.update({f"INFERENCE_SERVER_{key}": value for key, value in extra.items()})
+    env.update({f"REACTANTSERVER_WORKER_{key}": value for key, value in extra.items()})
     return env
 
 

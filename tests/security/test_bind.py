@@ -37,8 +37,8 @@ def node(
     probe = NodeProcess(directory, settings, name="probe")  # only to pick a free HTTP port
     public_http = f"0.0.0.0:{probe.http_port}"
     env = {
-        "REACTANT_GATEWAY_LISTEN_METRICS": public_http,
-        "REACTANT_GATEWAY_LISTEN_HTTP": public_http,
+        "REACTANTSERVER_GATEWAY_LISTEN_METRICS": public_http,
+        "REACTANTSERVER_GATEWAY_LISTEN_HTTP": public_http,
     }
     with running_node(directory, settings, env=env) as process:
         yield process
@@ -78,7 +78,7 @@ def test_the_public_ports_follow_listen(node: NodeProcess) -> None:
 
 def test_a_standalone_worker_listens_on_loopback_by_default(capped: WorkerProcess) -> None:
     assert capped.proc is not None
-    assert "INFERENCE_SERVER_ENDPOINTS_HOST" not in capped.env
+    assert "REACTANTSERVER_WORKER_ENDPOINTS_HOST" not in capped.env
     sockets = listening(psutil.Process(capped.proc.pid))
     assert {port for _, port in sockets} >= {capped.grpc_port, capped.http_port}, sockets
     assert {address for address, _ in sockets} == {"127.0.0.1"}, sockets

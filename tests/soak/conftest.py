@@ -38,11 +38,11 @@ def soak_worker(
 ) -> Iterator[WorkerProcess]:
     """The worker under soak; it must exit with 0 when the module is done."""
     env = {
-        "INFERENCE_SERVER_CACHE_DIR": str(make_cache_dir(tmp_path_factory)),
-        "INFERENCE_SERVER_MODEL_CONTROL_MODE": "static",
-        "INFERENCE_SERVER_SCHEDULER_DISCIPLINE": "fair",
-        "INFERENCE_SERVER_RUNTIME_WEIGHT_CACHE_MAX_BYTES": str(WEIGHT_BUDGET),
-        "INFERENCE_SERVER_ENDPOINTS_HOST": "127.0.0.1",
+        "REACTANTSERVER_WORKER_CACHE_DIR": str(make_cache_dir(tmp_path_factory)),
+        "REACTANTSERVER_WORKER_MODEL_CONTROL_MODE": "static",
+        "REACTANTSERVER_WORKER_SCHEDULER_DISCIPLINE": "fair",
+        "REACTANTSERVER_WORKER_RUNTIME_WEIGHT_CACHE_MAX_BYTES": str(WEIGHT_BUDGET),
+        "REACTANTSERVER_WORKER_ENDPOINTS_HOST": "127.0.0.1",
     }
     log = tmp_path_factory.mktemp("soak-logs") / "worker.log"
     with running_worker(soak_repo, log, env) as process:

@@ -89,13 +89,17 @@ class WorkerProcess:
 
     def start(self) -> None:
         """Spawn the process (returns at once; see :meth:`wait_ready`)."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("INFERENCE_SERVER_")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("REACTANTSERVER_WORKER_", "INFERENCE_SERVER_"))
+        }
         env.update(
             {
-                "INFERENCE_SERVER_ENDPOINTS_PORT": str(self.grpc_port),
-                "INFERENCE_SERVER_ENDPOINTS_METRICS_PORT": str(self.http_port),
+                "REACTANTSERVER_WORKER_ENDPOINTS_PORT": str(self.grpc_port),
+                "REACTANTSERVER_WORKER_ENDPOINTS_METRICS_PORT": str(self.http_port),
                 # REST shares the metrics port (one HTTP port, as the tests address it).
-                "INFERENCE_SERVER_ENDPOINTS_HTTP_PORT": "0",
+                "REACTANTSERVER_WORKER_ENDPOINTS_HTTP_PORT": "0",
                 "PYTHONUNBUFFERED": "1",
             }
         )

@@ -46,8 +46,8 @@ def worker(
     """The session's worker, ready; always terminated at the end."""
     log = tmp_path_factory.mktemp("logs") / "worker.log"
     env = {
-        "INFERENCE_SERVER_CACHE_DIR": str(cache_dir),
-        "INFERENCE_SERVER_MODEL_CONTROL_MODE": "static",
+        "REACTANTSERVER_WORKER_CACHE_DIR": str(cache_dir),
+        "REACTANTSERVER_WORKER_MODEL_CONTROL_MODE": "static",
     }
     with running_worker(repo, log, env) as process:
         yield process

@@ -160,8 +160,8 @@ def own_worker(
         shutil.copytree(repo / "mlp", root / name)
         if name.endswith("-staging"):
             scale_weights(root / name, 2.0)
-    settings = {"INFERENCE_SERVER_CACHE_DIR": str(cache_dir)}
-    settings["INFERENCE_SERVER_MODEL_POLL_SECONDS"] = str(POLL_S)
+    settings = {"REACTANTSERVER_WORKER_CACHE_DIR": str(cache_dir)}
+    settings["REACTANTSERVER_WORKER_MODEL_POLL_SECONDS"] = str(POLL_S)
     with running_worker(root, base / "worker.log", {**settings, **env}) as process:
         yield process
 
@@ -190,8 +190,8 @@ def explicit(
     """An ``explicit`` worker with the on-demand cache on, serving :data:`EXPLICIT_MODELS`."""
     base = tmp_path_factory.mktemp("lifecycle-explicit")
     env = {
-        "INFERENCE_SERVER_MODEL_CONTROL_MODE": "explicit",
-        "INFERENCE_SERVER_RUNTIME_WEIGHT_CACHE_MAX_BYTES": "1000000",
+        "REACTANTSERVER_WORKER_MODEL_CONTROL_MODE": "explicit",
+        "REACTANTSERVER_WORKER_RUNTIME_WEIGHT_CACHE_MAX_BYTES": "1000000",
     }
     with own_worker(base, repo, cache_dir, EXPLICIT_MODELS, env) as process:
         yield process

@@ -115,10 +115,10 @@ def meta_worker(
 ) -> Iterator[WorkerProcess]:
     """A ``static`` ``fifo`` worker with a meta gate of one permit."""
     env = {
-        "INFERENCE_SERVER_CACHE_DIR": str(cache_dir),
-        "INFERENCE_SERVER_MODEL_CONTROL_MODE": "static",
-        "INFERENCE_SERVER_SCHEDULER_DISCIPLINE": "fifo",
-        "REACTANT_META_CONCURRENCY": "1",
+        "REACTANTSERVER_WORKER_CACHE_DIR": str(cache_dir),
+        "REACTANTSERVER_WORKER_MODEL_CONTROL_MODE": "static",
+        "REACTANTSERVER_WORKER_SCHEDULER_DISCIPLINE": "fifo",
+        "REACTANTSERVER_WORKER_META_CONCURRENCY": "1",
         FLAG_DIR_VARIABLE: str(flag_dir),
     }
     log = tmp_path_factory.mktemp("meta-logs") / "worker.log"
@@ -145,9 +145,9 @@ def explicit_worker(
         shutil.copytree(meta_repo / name, root / name)
     add_bad_metas(root)
     env = {
-        "INFERENCE_SERVER_CACHE_DIR": str(cache_dir),
-        "INFERENCE_SERVER_MODEL_CONTROL_MODE": "explicit",
-        "INFERENCE_SERVER_RUNTIME_WEIGHT_CACHE_MAX_BYTES": "1000000",
+        "REACTANTSERVER_WORKER_CACHE_DIR": str(cache_dir),
+        "REACTANTSERVER_WORKER_MODEL_CONTROL_MODE": "explicit",
+        "REACTANTSERVER_WORKER_RUNTIME_WEIGHT_CACHE_MAX_BYTES": "1000000",
     }
     with running_worker(root, base / "worker.log", env) as process:
         yield process

@@ -48,9 +48,9 @@ def test_ten_times_the_cap_sheds_the_excess_and_keeps_serving(
     repo: Path, cache_dir: Path, tmp_path: Path
 ) -> None:
     env = {
-        "INFERENCE_SERVER_CACHE_DIR": str(cache_dir),
-        "INFERENCE_SERVER_MODEL_CONTROL_MODE": "static",
-        "INFERENCE_SERVER_ENDPOINTS_MAX_CONCURRENT_REQUESTS": str(CAP),
+        "REACTANTSERVER_WORKER_CACHE_DIR": str(cache_dir),
+        "REACTANTSERVER_WORKER_MODEL_CONTROL_MODE": "static",
+        "REACTANTSERVER_WORKER_ENDPOINTS_MAX_CONCURRENT_REQUESTS": str(CAP),
     }
     with running_worker(repo, tmp_path / "worker.log", env) as worker:
         asyncio.run(_wave(worker.url, 1))  # warm: the first answer allocates for good

@@ -31,7 +31,7 @@ def flagged(
     """A worker serving only ``mlp`` (explicit mode) with a REST port of its own."""
     rest = free_port()
     log = tmp_path_factory.mktemp("logs") / "worker-ports.log"
-    env = {"INFERENCE_SERVER_CACHE_DIR": str(cache_dir)}
+    env = {"REACTANTSERVER_WORKER_CACHE_DIR": str(cache_dir)}
     args = [
         "--http-port",
         str(rest),

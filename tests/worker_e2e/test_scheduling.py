@@ -178,9 +178,9 @@ def test_queue_delay_coalesces_requests_sent_to_an_idle_worker(
     repo: Path, cache_dir: Path, tmp_path: Path, weights: dict[str, Any]
 ) -> None:
     env = {
-        "INFERENCE_SERVER_CACHE_DIR": str(cache_dir),
-        "INFERENCE_SERVER_MODEL_CONTROL_MODE": "static",
-        "INFERENCE_SERVER_SCHEDULER_MAX_QUEUE_DELAY_MICROSECONDS": str(QUEUE_DELAY_US),
+        "REACTANTSERVER_WORKER_CACHE_DIR": str(cache_dir),
+        "REACTANTSERVER_WORKER_MODEL_CONTROL_MODE": "static",
+        "REACTANTSERVER_WORKER_SCHEDULER_MAX_QUEUE_DELAY_MICROSECONDS": str(QUEUE_DELAY_US),
     }
     # mlp compiles 1, 8 and 32: eight one-row requests fill one 8.
     xs = [rows(1, 16, seed=140 + i) for i in range(8)]

@@ -52,10 +52,10 @@ def own_worker(repo: Path, cache_dir: Path, tmp_path: Path, gates: Path) -> Iter
     for name in (HOOKY, SPIN):
         shutil.copytree(repo / name, models / name)
     env = {
-        "INFERENCE_SERVER_CACHE_DIR": str(cache_dir),
-        "INFERENCE_SERVER_MODEL_CONTROL_MODE": "static",
-        "INFERENCE_SERVER_ENDPOINTS_MAX_CONCURRENT_REQUESTS": str(CAP),
-        "INFERENCE_SERVER_SHUTDOWN_GRACE_SECONDS": str(GRACE_S),
+        "REACTANTSERVER_WORKER_CACHE_DIR": str(cache_dir),
+        "REACTANTSERVER_WORKER_MODEL_CONTROL_MODE": "static",
+        "REACTANTSERVER_WORKER_ENDPOINTS_MAX_CONCURRENT_REQUESTS": str(CAP),
+        "REACTANTSERVER_WORKER_SHUTDOWN_GRACE_SECONDS": str(GRACE_S),
         "HOOKY_GATE_DIR": str(gates),
     }
     process = WorkerProcess(models, tmp_path / "worker.log", env)

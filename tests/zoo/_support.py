@@ -111,7 +111,7 @@ def infer(worker: WorkerProcess, entry: ZooModel, x: np.ndarray[Any, Any]) -> An
 
 def serve(repo: Path, log: Path) -> Iterator[WorkerProcess]:
     """A ready worker over ``repo`` (static mode); stopped at the end."""
-    process = WorkerProcess(repo, log, {"INFERENCE_SERVER_MODEL_CONTROL_MODE": "static"})
+    process = WorkerProcess(repo, log, {"REACTANTSERVER_WORKER_MODEL_CONTROL_MODE": "static"})
     process.start()
     try:
         process.wait_ready(ZOO_START_S)

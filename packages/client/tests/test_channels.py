@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Iterator
 from concurrent import futures
@@ -267,6 +268,20 @@ def test_env_gives_defaults_per_direction(monkeypatch: pytest.MonkeyPatch) -> No
     with KServeModel("grpc://127.0.0.1:1", "m") as model:
         assert model.key.max_send_message_length == MIB_512
         assert model.key.max_receive_message_length == 5678
+
+
+def test_the_older_variable_names_still_work_and_warn_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    old = "REACTANT_CLIENT_GRPC_MAX_SEND_MSG_BYTES"
+    assert MAX_SEND_ENV == "REACTANTSERVER_CLIENT_GRPC_MAX_SEND_MSG_BYTES"
+    monkeypatch.setenv(old, "4321")
+    with caplog.at_level(logging.WARNING, logger="reactantserver.client"):
+        assert message_limit(None, MAX_SEND_ENV) == 4321
+        assert message_limit(None, MAX_SEND_ENV) == 4321
+    assert [r.getMessage() for r in caplog.records] == [f"{old} is deprecated; use {MAX_SEND_ENV}"]
+    monkeypatch.setenv(MAX_SEND_ENV, "99")
+    assert message_limit(None, MAX_SEND_ENV) == 99  # the new name wins
 
 
 def test_explicit_arguments_beat_env(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,7 +26,7 @@ def _script() -> str:
 def test_missing_endpoints_is_a_configuration_error(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    for name in ("REACTANT_GATEWAY_FILE", "REACTANT_GATEWAY_WORKERS"):
+    for name in ("REACTANTSERVER_GATEWAY_FILE", "REACTANTSERVER_GATEWAY_WORKERS"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr("reactantserver.gateway.config.DEFAULT_GATEWAY_FILE", tmp_path / "none")
     assert _cli.main([]) == 2
@@ -69,7 +69,7 @@ def test_configuration_warnings_are_logged_in_the_configured_format(tmp_path: Pa
         )
         done = subprocess.run(
             [_script(), "--config", str(config)],
-            env={k: v for k, v in os.environ.items() if not k.startswith("REACTANT_GATEWAY")},
+            env={k: v for k, v in os.environ.items() if not k.startswith("REACTANTSERVER_GATEWAY")},
             capture_output=True,
             text=True,
             timeout=60,

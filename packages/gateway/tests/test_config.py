@@ -268,14 +268,16 @@ def test_file_resolution_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     named = _write(tmp_path / "named.yml", {"endpoints": ["n:1"]})
     default = _write(tmp_path / "default.yml", {"endpoints": ["d:1"]})
     monkeypatch.setattr(gateway_config, "DEFAULT_GATEWAY_FILE", default)
-    env = {"REACTANT_GATEWAY_FILE": str(named)}
+    env = {"REACTANTSERVER_GATEWAY_FILE": str(named)}
     assert load_gateway_config(explicit, env).endpoints == ("e:1",)
     assert load_gateway_config(None, env).endpoints == ("n:1",)
     assert load_gateway_config(None, {}).endpoints == ("d:1",)
     monkeypatch.setattr(gateway_config, "DEFAULT_GATEWAY_FILE", tmp_path / "absent.yml")
-    assert load_gateway_config(None, {"REACTANT_GATEWAY_WORKERS": "v:1"}).endpoints == ("v:1",)
+    assert load_gateway_config(None, {"REACTANTSERVER_GATEWAY_WORKERS": "v:1"}).endpoints == (
+        "v:1",
+    )
     with pytest.raises(ConfigError, match="no such file"):
-        load_gateway_config(None, {"REACTANT_GATEWAY_FILE": str(tmp_path / "missing.yml")})
+        load_gateway_config(None, {"REACTANTSERVER_GATEWAY_FILE": str(tmp_path / "missing.yml")})
     with pytest.raises(ConfigError, match="no such file"):
         load_gateway_config(tmp_path / "missing.yml", {})
 

@@ -1,4 +1,5 @@
-"""Device detection, ``REACTANT_GPUS`` syntax, the cgroup CPU quota and the thread allotment."""
+"""Device detection, ``REACTANTSERVER_NODE_GPUS`` syntax, the cgroup CPU quota and the thread
+allotment."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def test_nvml_seam_returns_none_without_a_driver() -> None:
     assert nvml_device_count() is None
 
 
-# --- REACTANT_GPUS / --gpus syntax -----------------------------------------------------------
+# --- REACTANTSERVER_NODE_GPUS / --gpus syntax -----------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -43,22 +44,22 @@ def test_nvml_seam_returns_none_without_a_driver() -> None:
     ],
 )
 def test_parse_gpu_spec(text: str, expected: object) -> None:
-    assert parse_gpu_spec(text, variable="REACTANT_GPUS") == expected
+    assert parse_gpu_spec(text, variable="REACTANTSERVER_NODE_GPUS") == expected
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("", "REACTANT_GPUS: must be a device count"),
-        ("   ", "REACTANT_GPUS: must be a device count"),
-        ("0,0", "REACTANT_GPUS: duplicate selector '0'"),
-        ("0,,1", "REACTANT_GPUS: item 1 is empty"),
-        ("-1", "REACTANT_GPUS: '-1' is not a device ordinal"),
+        ("", "REACTANTSERVER_NODE_GPUS: must be a device count"),
+        ("   ", "REACTANTSERVER_NODE_GPUS: must be a device count"),
+        ("0,0", "REACTANTSERVER_NODE_GPUS: duplicate selector '0'"),
+        ("0,,1", "REACTANTSERVER_NODE_GPUS: item 1 is empty"),
+        ("-1", "REACTANTSERVER_NODE_GPUS: '-1' is not a device ordinal"),
     ],
 )
 def test_parse_gpu_spec_errors_name_the_variable(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        parse_gpu_spec(text, variable="REACTANT_GPUS")
+        parse_gpu_spec(text, variable="REACTANTSERVER_NODE_GPUS")
 
 
 def test_parse_gpu_spec_names_the_flag() -> None:
@@ -85,9 +86,9 @@ def test_count_zero_is_a_cpu_node_and_stops_detection() -> None:
 
 
 def test_source_is_the_variable_when_it_set_the_value() -> None:
-    env = {"REACTANT_GPUS": "0, 1"}
+    env = {"REACTANTSERVER_NODE_GPUS": "0, 1"}
     selection = detect_devices(("0", "1"), env, nvml_count=must_not_ask)
-    assert selection == DeviceSelection(("0", "1"), "REACTANT_GPUS")
+    assert selection == DeviceSelection(("0", "1"), "REACTANTSERVER_NODE_GPUS")
     # A flag that overrode the variable is not reported as the variable.
     assert detect_devices(3, env, nvml_count=must_not_ask).source == "gpus"
 

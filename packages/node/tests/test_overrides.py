@@ -1,4 +1,4 @@
-"""Flags and ``REACTANT_*`` variables over the node file: precedence and validation."""
+"""Flags and ``REACTANTSERVER_NODE_*`` variables over the node file: precedence and validation."""
 
 from __future__ import annotations
 
@@ -25,12 +25,12 @@ def _node(tmp_path: Path, **keys: Any) -> NodeConfig:
 
 
 def test_variable_names() -> None:
-    assert ROLE_VARIABLE == "REACTANT_ROLE"
-    assert GPUS_VARIABLE == "REACTANT_GPUS"
-    assert CPU_WORKERS_VARIABLE == "REACTANT_CPU_WORKERS"
-    assert MAX_RESTARTS_VARIABLE == "REACTANT_SUPERVISOR_MAX_RESTARTS"
-    assert LISTEN_GRPC_VARIABLE == "REACTANT_GATEWAY_LISTEN_GRPC"
-    assert LISTEN_METRICS_VARIABLE == "REACTANT_GATEWAY_LISTEN_METRICS"
+    assert ROLE_VARIABLE == "REACTANTSERVER_NODE_ROLE"
+    assert GPUS_VARIABLE == "REACTANTSERVER_NODE_GPUS"
+    assert CPU_WORKERS_VARIABLE == "REACTANTSERVER_NODE_CPU_WORKERS"
+    assert MAX_RESTARTS_VARIABLE == "REACTANTSERVER_NODE_SUPERVISOR_MAX_RESTARTS"
+    assert LISTEN_GRPC_VARIABLE == "REACTANTSERVER_GATEWAY_LISTEN_GRPC"
+    assert LISTEN_METRICS_VARIABLE == "REACTANTSERVER_GATEWAY_LISTEN_METRICS"
 
 
 def test_nothing_set_returns_the_file_values(tmp_path: Path) -> None:
@@ -86,23 +86,39 @@ def test_empty_variables_count_as_unset(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("env", "flags", "message"),
     [
-        ({ROLE_VARIABLE: "boss"}, {}, "REACTANT_ROLE: must be one of all, workers, gateway"),
+        (
+            {ROLE_VARIABLE: "boss"},
+            {},
+            "REACTANTSERVER_NODE_ROLE: must be one of all, workers, gateway",
+        ),
         ({}, {"role": "boss"}, "--role: must be one of all, workers, gateway"),
-        ({GPUS_VARIABLE: ""}, {}, "REACTANT_GPUS: must be a device count"),
-        ({GPUS_VARIABLE: " "}, {}, "REACTANT_GPUS: must be a device count"),
+        ({GPUS_VARIABLE: ""}, {}, "REACTANTSERVER_NODE_GPUS: must be a device count"),
+        ({GPUS_VARIABLE: " "}, {}, "REACTANTSERVER_NODE_GPUS: must be a device count"),
         ({}, {"gpus": "1,1"}, "--gpus: duplicate selector '1'"),
-        ({CPU_WORKERS_VARIABLE: "0"}, {}, "REACTANT_CPU_WORKERS: must be an integer >= 1"),
-        ({CPU_WORKERS_VARIABLE: "two"}, {}, "REACTANT_CPU_WORKERS: must be an integer >= 1"),
+        (
+            {CPU_WORKERS_VARIABLE: "0"},
+            {},
+            "REACTANTSERVER_NODE_CPU_WORKERS: must be an integer >= 1",
+        ),
+        (
+            {CPU_WORKERS_VARIABLE: "two"},
+            {},
+            "REACTANTSERVER_NODE_CPU_WORKERS: must be an integer >= 1",
+        ),
         (
             {MAX_RESTARTS_VARIABLE: "-1"},
             {},
-            "REACTANT_SUPERVISOR_MAX_RESTARTS: must be an integer >= 0",
+            "REACTANTSERVER_NODE_SUPERVISOR_MAX_RESTARTS: must be an integer >= 0",
         ),
-        ({LISTEN_GRPC_VARIABLE: "8001"}, {}, 'REACTANT_GATEWAY_LISTEN_GRPC: must be "host:port"'),
+        (
+            {LISTEN_GRPC_VARIABLE: "8001"},
+            {},
+            'REACTANTSERVER_GATEWAY_LISTEN_GRPC: must be "host:port"',
+        ),
         (
             {LISTEN_METRICS_VARIABLE: "0.0.0.0:0"},
             {},
-            'REACTANT_GATEWAY_LISTEN_METRICS: must be "host:port"',
+            'REACTANTSERVER_GATEWAY_LISTEN_METRICS: must be "host:port"',
         ),
     ],
 )

@@ -81,11 +81,11 @@ def test_cpu_with_a_count_runs_that_many_cpu_workers(tmp_path: Path, env: dict[s
 
 
 def test_cpu_count_from_reactant_gpus(tmp_path: Path, env: dict[str, str]) -> None:
-    env["REACTANT_GPUS"] = "3"
+    env["REACTANTSERVER_NODE_GPUS"] = "3"
     node = apply_overrides(_node(tmp_path, env), env)
     plan = _plan(node, env, tmp_path)
     assert len(_workers(plan)) == 3
-    assert plan.devices.source == "REACTANT_GPUS"
+    assert plan.devices.source == "REACTANTSERVER_NODE_GPUS"
 
 
 def test_cpu_auto_runs_cpu_workers_and_never_inherits_devices(
@@ -119,7 +119,7 @@ def test_cuda_runs_one_worker_per_nvml_device(tmp_path: Path, env: dict[str, str
     assert _visible(plan) == ["0", "1"]
     assert plan.devices == DeviceSelection(("0", "1"), "nvml")
     assert [entry.gpu for entry in plan.node.workers or ()] == [0, 1]
-    assert all("INFERENCE_SERVER_RUNTIME_BACKEND" not in c.env for c in _workers(plan))
+    assert all("REACTANTSERVER_WORKER_RUNTIME_BACKEND" not in c.env for c in _workers(plan))
 
 
 def test_cuda_selectors_pass_through_verbatim(tmp_path: Path, env: dict[str, str]) -> None:
@@ -130,7 +130,7 @@ def test_cuda_selectors_pass_through_verbatim(tmp_path: Path, env: dict[str, str
 
 
 def test_backend_from_the_environment_counts(tmp_path: Path, env: dict[str, str]) -> None:
-    env["INFERENCE_SERVER_RUNTIME_BACKEND"] = "cuda"
+    env["REACTANTSERVER_WORKER_RUNTIME_BACKEND"] = "cuda"
     plan = _plan(_node(tmp_path, env, gpus=["3", "1"]), env, tmp_path)
     assert _visible(plan) == ["3", "1"]
 
@@ -143,7 +143,7 @@ def test_cuda_without_devices_falls_back_to_cpu_workers(
     workers = _workers(plan)
     assert [child.name for child in workers] == ["worker0", "worker1"]
     assert _visible(plan) == ["", ""]
-    assert [child.env["INFERENCE_SERVER_RUNTIME_BACKEND"] for child in workers] == ["cpu"] * 2
+    assert [child.env["REACTANTSERVER_WORKER_RUNTIME_BACKEND"] for child in workers] == ["cpu"] * 2
     (note,) = [note for note in plan.notes if "allow_cpu_fallback" in note]
     assert "no CUDA device was found" in note
     assert "2 CPU worker(s)" in note
@@ -167,7 +167,11 @@ def test_cuda_without_devices_and_without_fallback_is_an_error(
         _plan(node, env, tmp_path, nvml=nvml_reporting(0))
     message = str(caught.value)
     assert message.startswith("runtime.backend is cuda but no CUDA device was found")
-    for guidance in ("REACTANT_GPUS", "runtime.backend: cpu", "allow_cpu_fallback: true"):
+    for guidance in (
+        "REACTANTSERVER_NODE_GPUS",
+        "runtime.backend: cpu",
+        "allow_cpu_fallback: true",
+    ):
         assert guidance in message
 
 
@@ -267,7 +271,7 @@ def test_shared_device_keeps_explicit_fractions_and_refuses_too_much(
     assert str(caught.value).startswith(
         "workers sharing device '0' claim runtime.mem_fraction a 0.9, b 0.9, 1.8 of the device"
     )
-    env["INFERENCE_SERVER_RUNTIME_MEM_FRACTION"] = "0.7"  # one value for every worker
+    env["REACTANTSERVER_WORKER_RUNTIME_MEM_FRACTION"] = "0.7"  # one value for every worker
     node = _node(
         tmp_path,
         env,
@@ -315,9 +319,9 @@ def test_sole_worker_serves_the_public_addresses(tmp_path: Path, env: dict[str, 
     )
     plan = _plan(node, env, tmp_path)
     (worker,) = plan.children
-    assert worker.env["INFERENCE_SERVER_ENDPOINTS_HOST"] == "0.0.0.0"
-    assert worker.env["INFERENCE_SERVER_ENDPOINTS_PORT"] == "7001"
-    assert worker.env["INFERENCE_SERVER_ENDPOINTS_METRICS_PORT"] == "7002"
+    assert worker.env["REACTANTSERVER_WORKER_ENDPOINTS_HOST"] == "0.0.0.0"
+    assert worker.env["REACTANTSERVER_WORKER_ENDPOINTS_PORT"] == "7001"
+    assert worker.env["REACTANTSERVER_WORKER_ENDPOINTS_METRICS_PORT"] == "7002"
     assert (worker.http_host, worker.http_port) == ("127.0.0.1", 7002)
     assert (plan.public_grpc, plan.public_metrics) == ("0.0.0.0:7001", "0.0.0.0:7002")
     assert plan.gateway_file is None
@@ -330,7 +334,7 @@ def test_sole_worker_serves_the_public_addresses(tmp_path: Path, env: dict[str, 
 def test_sole_worker_on_ipv6(tmp_path: Path, env: dict[str, str]) -> None:
     node = _node(tmp_path, env, listen={"grpc": "[::1]:7001", "metrics": "[::1]:7002"})
     (worker,) = _plan(node, env, tmp_path).children
-    assert worker.env["INFERENCE_SERVER_ENDPOINTS_HOST"] == "::1"
+    assert worker.env["REACTANTSERVER_WORKER_ENDPOINTS_HOST"] == "::1"
     assert worker.url("/readyz") == "http://[::1]:7002/readyz"
 
 
@@ -341,8 +345,8 @@ def test_several_workers_listen_on_loopback_behind_the_gateway(
     node = _node(tmp_path, env, workers=workers, base_port=7000, metrics_base_port=7100)
     plan = _plan(node, env, tmp_path)
     a, b = _workers(plan)
-    assert a.env["INFERENCE_SERVER_ENDPOINTS_HOST"] == "127.0.0.1"
-    assert "INFERENCE_SERVER_ENDPOINTS_PORT" not in a.env
+    assert a.env["REACTANTSERVER_WORKER_ENDPOINTS_HOST"] == "127.0.0.1"
+    assert "REACTANTSERVER_WORKER_ENDPOINTS_PORT" not in a.env
     assert (a.http_host, a.http_port, b.http_port) == ("127.0.0.1", 7100, 9500)
     assert plan.gateway_config is not None
     assert plan.gateway_config["endpoints"] == ["127.0.0.1:7000", "127.0.0.1:9000"]
@@ -356,7 +360,7 @@ def test_role_workers_runs_workers_as_configured(tmp_path: Path, env: dict[str, 
     )
     plan = _plan(node, env, tmp_path)
     assert [child.kind for child in plan.children] == [ChildKind.WORKER] * 2
-    assert all("INFERENCE_SERVER_ENDPOINTS_HOST" not in c.env for c in plan.children)
+    assert all("REACTANTSERVER_WORKER_ENDPOINTS_HOST" not in c.env for c in plan.children)
     assert [c.http_port for c in plan.children] == [9100, 9101]
     assert {c.http_host for c in plan.children} == {"127.0.0.1"}
     assert (plan.public_grpc, plan.public_metrics) == (None, None)
@@ -366,7 +370,7 @@ def test_role_workers_runs_workers_as_configured(tmp_path: Path, env: dict[str, 
 def test_role_workers_with_one_worker_keeps_its_ports(tmp_path: Path, env: dict[str, str]) -> None:
     plan = _plan(_node(tmp_path, env, role="workers"), env, tmp_path)
     (worker,) = plan.children
-    assert "INFERENCE_SERVER_ENDPOINTS_PORT" not in worker.env
+    assert "REACTANTSERVER_WORKER_ENDPOINTS_PORT" not in worker.env
     assert worker.http_port == 9100
 
 
@@ -392,7 +396,7 @@ def test_worker_port_on_a_public_port_is_noted(tmp_path: Path, env: dict[str, st
 
 
 def test_environment_ports_that_collide_are_an_error(tmp_path: Path, env: dict[str, str]) -> None:
-    env["INFERENCE_SERVER_ENDPOINTS_PORT"] = "7000"
+    env["REACTANTSERVER_WORKER_ENDPOINTS_PORT"] = "7000"
     with pytest.raises(ConfigError, match="port 7000 is both worker worker0's gRPC port"):
         _plan(_node(tmp_path, env, gpus=2), env, tmp_path)
 
@@ -415,9 +419,9 @@ def test_worker_child(tmp_path: Path, env: dict[str, str]) -> None:
         "worker1",
     )
     assert worker.grace_seconds == 4
-    assert worker.env["REACTANT_WORKER_NAME"] == "worker1"
-    assert worker.env["REACTANT_WORKER_THREADS"] == "16"
-    assert worker.env["REACTANT_SUPERVISOR_PID"] == str(os.getpid())
+    assert worker.env["REACTANTSERVER_WORKER_NAME"] == "worker1"
+    assert worker.env["REACTANTSERVER_WORKER_THREADS"] == "16"
+    assert worker.env["REACTANTSERVER_SUPERVISOR_PID"] == str(os.getpid())
     assert worker.env["HOME"] == env["HOME"]  # the supervisor's environment is inherited
     assert plan.threads == "16"
 
@@ -427,22 +431,22 @@ def test_thread_allotment_follows_the_worker_count(
     tmp_path: Path, env: dict[str, str], cores: int, threads: str
 ) -> None:
     plan = _plan(_node(tmp_path, env, gpus=2), env, tmp_path, cores=cores)
-    assert {c.env["REACTANT_WORKER_THREADS"] for c in _workers(plan)} == {threads}
+    assert {c.env["REACTANTSERVER_WORKER_THREADS"] for c in _workers(plan)} == {threads}
 
 
 def test_worker_threads_variable_is_passed_verbatim(tmp_path: Path, env: dict[str, str]) -> None:
-    env["REACTANT_WORKER_THREADS"] = "3"
+    env["REACTANTSERVER_WORKER_THREADS"] = "3"
     plan = _plan(_node(tmp_path, env, gpus=2), env, tmp_path, cores=64)
     assert plan.threads == "3"
-    assert {c.env["REACTANT_WORKER_THREADS"] for c in _workers(plan)} == {"3"}
+    assert {c.env["REACTANTSERVER_WORKER_THREADS"] for c in _workers(plan)} == {"3"}
 
 
 def test_bad_worker_threads_variable_fails_at_plan_time(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
     node = _node(tmp_path, env)
-    env["REACTANT_WORKER_THREADS"] = "many"
-    with pytest.raises(ConfigError, match="REACTANT_WORKER_THREADS"):
+    env["REACTANTSERVER_WORKER_THREADS"] = "many"
+    with pytest.raises(ConfigError, match="REACTANTSERVER_WORKER_THREADS"):
         _plan(node, env, tmp_path)
 
 
@@ -474,15 +478,15 @@ def test_gateway_child(tmp_path: Path, env: dict[str, str]) -> None:
     assert gateway.argv == (sys.executable, "-m", "reactantserver.gateway", "--config", file)
     assert gateway.grace_seconds == 2.5
     assert (gateway.http_host, gateway.http_port) == ("10.1.2.3", 7002)
-    assert gateway.env["REACTANT_GATEWAY_STARTUP_WAIT_SECONDS"] == "inf"
-    assert gateway.env["REACTANT_SUPERVISOR_PID"] == str(os.getpid())
+    assert gateway.env["REACTANTSERVER_GATEWAY_STARTUP_WAIT_SECONDS"] == "inf"
+    assert gateway.env["REACTANTSERVER_SUPERVISOR_PID"] == str(os.getpid())
     assert "CUDA_VISIBLE_DEVICES" not in gateway.env
 
 
 def test_gateway_startup_wait_is_kept_when_set(tmp_path: Path, env: dict[str, str]) -> None:
-    env["REACTANT_GATEWAY_STARTUP_WAIT_SECONDS"] = "30"
+    env["REACTANTSERVER_GATEWAY_STARTUP_WAIT_SECONDS"] = "30"
     gateway = _gateway(_plan(_node(tmp_path, env, gpus=2), env, tmp_path))
-    assert gateway.env["REACTANT_GATEWAY_STARTUP_WAIT_SECONDS"] == "30"
+    assert gateway.env["REACTANTSERVER_GATEWAY_STARTUP_WAIT_SECONDS"] == "30"
 
 
 # --- the materialized gateway -----------------------------------------------------------------
@@ -538,7 +542,7 @@ def test_gateway_file_variable_is_used_as_is(tmp_path: Path, env: dict[str, str]
         "endpoints: ['10.0.0.1:8080', '10.0.0.2:8080']\n",
         encoding="utf-8",
     )
-    env["REACTANT_GATEWAY_FILE"] = str(own)
+    env["REACTANTSERVER_GATEWAY_FILE"] = str(own)
     node = _node(tmp_path, env, role="gateway", **{"global": CUDA})
     plan = _plan(node, env, tmp_path, write=True)  # no devices needed: NVML is not asked
     (gateway,) = plan.children
@@ -553,7 +557,7 @@ def test_gateway_file_variable_is_used_as_is(tmp_path: Path, env: dict[str, str]
 def test_gateway_file_variable_with_role_all(tmp_path: Path, env: dict[str, str]) -> None:
     own = tmp_path / "own-gateway.yml"
     own.write_text("endpoints: ['127.0.0.1:8080', '127.0.0.1:8081']\n", encoding="utf-8")
-    env["REACTANT_GATEWAY_FILE"] = str(own)
+    env["REACTANTSERVER_GATEWAY_FILE"] = str(own)
     plan = _plan(_node(tmp_path, env, gpus=2), env, tmp_path, write=True)
     assert [child.name for child in plan.children] == ["worker0", "worker1", "gateway"]
     assert _gateway(plan).argv[-1] == str(own)
@@ -561,7 +565,7 @@ def test_gateway_file_variable_with_role_all(tmp_path: Path, env: dict[str, str]
 
 
 def test_missing_gateway_file_is_a_config_error(tmp_path: Path, env: dict[str, str]) -> None:
-    env["REACTANT_GATEWAY_FILE"] = str(tmp_path / "absent.yml")
+    env["REACTANTSERVER_GATEWAY_FILE"] = str(tmp_path / "absent.yml")
     with pytest.raises(ConfigError, match="no such file"):
         _plan(_node(tmp_path, env, role="gateway"), env, tmp_path)
 
@@ -663,7 +667,7 @@ def test_materialized_documents(tmp_path: Path, env: dict[str, str]) -> None:
         "kind": "worker",
         "argv": list(_workers(plan)[0].argv),
         "CUDA_VISIBLE_DEVICES": "0",
-        "REACTANT_WORKER_THREADS": "3",
+        "REACTANTSERVER_WORKER_THREADS": "3",
         "http_port": 9100,
     }
     assert (gateway["kind"], gateway["http_port"]) == ("gateway", 8002)

@@ -33,7 +33,7 @@ from reactantserver.worker.state import Runtime, WorkerState
 
 __all__ = ["World", "start_world", "world_config"]
 
-WORKER_THREADS = "REACTANT_WORKER_THREADS"
+WORKER_THREADS = "REACTANTSERVER_WORKER_THREADS"
 
 
 def world_config(

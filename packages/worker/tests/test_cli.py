@@ -66,9 +66,9 @@ def test_a_port_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture[str]
 def test_bad_environment_override_names_the_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("INFERENCE_SERVER_ENDPOINTS_PORT", "not-a-port")
+    monkeypatch.setenv("REACTANTSERVER_WORKER_ENDPOINTS_PORT", "not-a-port")
     assert _cli.main(["--model-repo", str(tmp_path)]) == 2
-    assert "INFERENCE_SERVER_ENDPOINTS_PORT" in capsys.readouterr().err
+    assert "REACTANTSERVER_WORKER_ENDPOINTS_PORT" in capsys.readouterr().err
 
 
 def test_console_script_is_installed_and_reports_its_version() -> None:
@@ -91,7 +91,7 @@ def test_module_entry_point_matches_the_script(tmp_path: Path) -> None:
 def test_configuration_warnings_survive_a_configuration_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("INFERENCE_SERVER_RUNTIME_SHARED_HOST_WEIGHTS_MODE", "666")
+    monkeypatch.setenv("REACTANTSERVER_WORKER_RUNTIME_SHARED_HOST_WEIGHTS_MODE", "666")
     assert _cli.main(["--model-repo", str(tmp_path / "absent")]) == 2
     lines = capsys.readouterr().err.splitlines()
     assert "WARNING reactantserver.core.config" in lines[0]
@@ -105,12 +105,12 @@ def test_configuration_warnings_are_logged_in_the_configured_format(tmp_path: Pa
         squatter.bind(("127.0.0.1", 0))
         env = {
             **os.environ,
-            "INFERENCE_SERVER_ENDPOINTS_PORT": str(squatter.getsockname()[1]),
-            "INFERENCE_SERVER_ENDPOINTS_METRICS_PORT": "0",
-            "INFERENCE_SERVER_ENDPOINTS_HTTP_PORT": "0",
-            "INFERENCE_SERVER_LOGGING_FORMAT": "json",
-            "INFERENCE_SERVER_RUNTIME_SHARED_HOST_WEIGHTS_MODE": "666",
-            "INFERENCE_SERVER_CACHE_DIR": str(tmp_path / "cache"),
+            "REACTANTSERVER_WORKER_ENDPOINTS_PORT": str(squatter.getsockname()[1]),
+            "REACTANTSERVER_WORKER_ENDPOINTS_METRICS_PORT": "0",
+            "REACTANTSERVER_WORKER_ENDPOINTS_HTTP_PORT": "0",
+            "REACTANTSERVER_WORKER_LOGGING_FORMAT": "json",
+            "REACTANTSERVER_WORKER_RUNTIME_SHARED_HOST_WEIGHTS_MODE": "666",
+            "REACTANTSERVER_WORKER_CACHE_DIR": str(tmp_path / "cache"),
         }
         done = subprocess.run(
             [_script(), "--model-repo", str(tmp_path)],

@@ -626,7 +626,7 @@ def test_hook_pool_size() -> None:
     usable = len(os.sched_getaffinity(0))
     assert hook_pool_size() == max(1, min(usable, 16))
     assert hook_pool_size(WorkerConfig(hook_threads=5)) == 5
-    config = worker_config_from_mapping({}, {"REACTANT_WORKER_THREADS": "3"})
+    config = worker_config_from_mapping({}, {"REACTANTSERVER_WORKER_THREADS": "3"})
     assert hook_pool_size(config) == 3
 
 

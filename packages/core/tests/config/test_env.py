@@ -49,7 +49,7 @@ def leaves(cls: type, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]
 def test_every_leaf_has_one_unique_variable() -> None:
     attrs.resolve_types(WorkerConfig)
     paths = list(leaves(WorkerConfig))
-    names = ["INFERENCE_SERVER_" + "_".join(path).upper() for path in paths]
+    names = ["REACTANTSERVER_WORKER_" + "_".join(path).upper() for path in paths]
     assert len(names) == len(set(names)), "two keys share an override variable"
     assert env_override_variables() == {
         name: ".".join(path) for name, path in zip(names, paths, strict=True)
@@ -59,10 +59,10 @@ def test_every_leaf_has_one_unique_variable() -> None:
 
 def test_spec_example_name() -> None:
     variables = env_override_variables()
-    assert variables["INFERENCE_SERVER_SCHEDULER_EMA_HALFLIFE_SECONDS"] == (
+    assert variables["REACTANTSERVER_WORKER_SCHEDULER_EMA_HALFLIFE_SECONDS"] == (
         "scheduler.ema_halflife_seconds"
     )
-    assert variables["INFERENCE_SERVER_ENDPOINTS_TLS_CERT_FILE"] == "endpoints.tls.cert_file"
+    assert variables["REACTANTSERVER_WORKER_ENDPOINTS_TLS_CERT_FILE"] == "endpoints.tls.cert_file"
     assert not [name for name in variables if "MODELS_" in name and "SCHEDULER" in name]
 
 
@@ -70,17 +70,17 @@ def test_override_wins_over_file_and_is_logged(caplog: pytest.LogCaptureFixture)
     with caplog.at_level(logging.INFO, logger=LOGGER):
         loaded = load(
             {"scheduler": {"ema_halflife_seconds": 5.0}},
-            INFERENCE_SERVER_SCHEDULER_EMA_HALFLIFE_SECONDS="12.5",
+            REACTANTSERVER_WORKER_SCHEDULER_EMA_HALFLIFE_SECONDS="12.5",
         )
     assert loaded.scheduler.ema_halflife_seconds == 12.5
     assert loaded.env_overrides == (
         EnvOverride(
-            "INFERENCE_SERVER_SCHEDULER_EMA_HALFLIFE_SECONDS",
+            "REACTANTSERVER_WORKER_SCHEDULER_EMA_HALFLIFE_SECONDS",
             "scheduler.ema_halflife_seconds",
             12.5,
         ),
     )
-    (record,) = [r for r in caplog.records if "INFERENCE_SERVER_" in r.getMessage()]
+    (record,) = [r for r in caplog.records if "REACTANTSERVER_WORKER_" in r.getMessage()]
     assert record.levelno == logging.INFO
     assert "scheduler.ema_halflife_seconds" in record.getMessage()
     assert "12.5" in record.getMessage()
@@ -88,10 +88,10 @@ def test_override_wins_over_file_and_is_logged(caplog: pytest.LogCaptureFixture)
 
 def test_every_applied_override_is_logged(caplog: pytest.LogCaptureFixture) -> None:
     env = {
-        "INFERENCE_SERVER_RUNTIME_BACKEND": "gpu",
-        "INFERENCE_SERVER_ENDPOINTS_PORT": "9000",
-        "INFERENCE_SERVER_MODEL_DIRS": "/a:/b",
-        "REACTANT_META_CONCURRENCY": "4",
+        "REACTANTSERVER_WORKER_RUNTIME_BACKEND": "gpu",
+        "REACTANTSERVER_WORKER_ENDPOINTS_PORT": "9000",
+        "REACTANTSERVER_WORKER_MODEL_DIRS": "/a:/b",
+        "REACTANTSERVER_WORKER_META_CONCURRENCY": "4",
     }
     with caplog.at_level(logging.INFO, logger=LOGGER):
         loaded = load(**env)
@@ -106,34 +106,36 @@ def test_every_applied_override_is_logged(caplog: pytest.LogCaptureFixture) -> N
 
 
 def test_overrides_do_not_change_equality() -> None:
-    assert load(INFERENCE_SERVER_RUNTIME_WARMUP="true") == load()
+    assert load(REACTANTSERVER_WORKER_RUNTIME_WARMUP="true") == load()
 
 
 @pytest.mark.parametrize("word", ["1", "true", "TRUE", "Yes", "on", " On "])
 def test_true_words(word: str) -> None:
-    assert load({"runtime": {"warmup": False}}, INFERENCE_SERVER_RUNTIME_WARMUP=word).runtime.warmup
+    assert load(
+        {"runtime": {"warmup": False}}, REACTANTSERVER_WORKER_RUNTIME_WARMUP=word
+    ).runtime.warmup
 
 
 @pytest.mark.parametrize("word", ["0", "false", "False", "NO", "off"])
 def test_false_words(word: str) -> None:
-    assert not load(INFERENCE_SERVER_RUNTIME_WARMUP=word).runtime.warmup
+    assert not load(REACTANTSERVER_WORKER_RUNTIME_WARMUP=word).runtime.warmup
 
 
 @pytest.mark.parametrize("word", ["", "2", "y", "enabled", "truee"])
 def test_other_boolean_words_are_errors_naming_the_variable(word: str) -> None:
-    message = reject(INFERENCE_SERVER_RUNTIME_WARMUP=word)
-    assert message.startswith("INFERENCE_SERVER_RUNTIME_WARMUP: cannot parse")
+    message = reject(REACTANTSERVER_WORKER_RUNTIME_WARMUP=word)
+    assert message.startswith("REACTANTSERVER_WORKER_RUNTIME_WARMUP: cannot parse")
     assert "boolean" in message
 
 
 @pytest.mark.parametrize(
     ("variable", "raw", "what"),
     [
-        ("INFERENCE_SERVER_SCHEDULER_MAX_QUEUE_DEPTH", "lots", "an integer"),
-        ("INFERENCE_SERVER_SCHEDULER_MAX_QUEUE_DEPTH", "1.5", "an integer"),
-        ("INFERENCE_SERVER_RUNTIME_MEM_FRACTION", "most", "a number"),
-        ("INFERENCE_SERVER_RUNTIME_MEM_FRACTION", "nan", "a finite number"),
-        ("REACTANT_FANOUT_SLOTS", "many", "an integer"),
+        ("REACTANTSERVER_WORKER_SCHEDULER_MAX_QUEUE_DEPTH", "lots", "an integer"),
+        ("REACTANTSERVER_WORKER_SCHEDULER_MAX_QUEUE_DEPTH", "1.5", "an integer"),
+        ("REACTANTSERVER_WORKER_RUNTIME_MEM_FRACTION", "most", "a number"),
+        ("REACTANTSERVER_WORKER_RUNTIME_MEM_FRACTION", "nan", "a finite number"),
+        ("REACTANTSERVER_WORKER_META_SCRATCH_SLOTS", "many", "an integer"),
     ],
 )
 def test_parse_failures_name_the_variable(variable: str, raw: str, what: str) -> None:
@@ -141,29 +143,29 @@ def test_parse_failures_name_the_variable(variable: str, raw: str, what: str) ->
 
 
 def test_rule_failures_name_the_key_and_the_variable() -> None:
-    message = reject(INFERENCE_SERVER_RUNTIME_MEM_FRACTION="1.5")
+    message = reject(REACTANTSERVER_WORKER_RUNTIME_MEM_FRACTION="1.5")
     assert message == (
         "runtime.mem_fraction: must be in (0, 1], got number 1.5 "
-        "(from INFERENCE_SERVER_RUNTIME_MEM_FRACTION)"
+        "(from REACTANTSERVER_WORKER_RUNTIME_MEM_FRACTION)"
     )
-    message = reject(INFERENCE_SERVER_RUNTIME_BACKEND="tpu")
+    message = reject(REACTANTSERVER_WORKER_RUNTIME_BACKEND="tpu")
     assert message.startswith("runtime.backend: must be one of cpu, cuda")
-    assert message.endswith("(from INFERENCE_SERVER_RUNTIME_BACKEND)")
+    assert message.endswith("(from REACTANTSERVER_WORKER_RUNTIME_BACKEND)")
 
 
 def test_cross_field_failure_names_the_variable() -> None:
-    message = reject(INFERENCE_SERVER_RUNTIME_NUMERICS="tf32")
+    message = reject(REACTANTSERVER_WORKER_RUNTIME_NUMERICS="tf32")
     assert message.startswith("runtime.numerics: tf32 needs backend cuda")
-    assert "INFERENCE_SERVER_RUNTIME_NUMERICS" in message
+    assert "REACTANTSERVER_WORKER_RUNTIME_NUMERICS" in message
 
 
 def test_scalar_types() -> None:
     loaded = load(
-        INFERENCE_SERVER_MODEL_CONTROL_MODE="explicit",
-        INFERENCE_SERVER_MODEL_POLL_SECONDS="2",
-        INFERENCE_SERVER_RUNTIME_SHARED_HOST_WEIGHTS_MODE="640",
-        INFERENCE_SERVER_ENDPOINTS_HOST="0.0.0.0",
-        INFERENCE_SERVER_META_SCRATCH_BYTES="-1",
+        REACTANTSERVER_WORKER_MODEL_CONTROL_MODE="explicit",
+        REACTANTSERVER_WORKER_MODEL_POLL_SECONDS="2",
+        REACTANTSERVER_WORKER_RUNTIME_SHARED_HOST_WEIGHTS_MODE="640",
+        REACTANTSERVER_WORKER_ENDPOINTS_HOST="0.0.0.0",
+        REACTANTSERVER_WORKER_META_SCRATCH_BYTES="-1",
     )
     assert loaded.model_control_mode is ModelControlMode.EXPLICIT
     assert loaded.model_poll_seconds == 2.0
@@ -177,32 +179,42 @@ def test_scalar_types() -> None:
     [("/a:/b", ("/a", "/b")), ("/a", ("/a",)), ("", ()), ("/a::/b:", ("/a", "/b"))],
 )
 def test_lists_are_colon_separated(raw: str, expected: tuple[str, ...]) -> None:
-    assert load({"models_include": ["x"]}, INFERENCE_SERVER_MODELS_INCLUDE=raw).models_include == (
-        expected
-    )
+    assert load(
+        {"models_include": ["x"]}, REACTANTSERVER_WORKER_MODELS_INCLUDE=raw
+    ).models_include == (expected)
 
 
 def test_unknown_variable_warns(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        loaded = load(INFERENCE_SERVER_RUNTIME_MEM_FRACTON="0.5")
+        loaded = load(REACTANTSERVER_WORKER_RUNTIME_MEM_FRACTON="0.5")
     assert loaded.runtime.mem_fraction == 0.9
     (record,) = caplog.records
     assert record.levelno == logging.WARNING
-    assert "INFERENCE_SERVER_RUNTIME_MEM_FRACTON" in record.getMessage()
-    assert "did you mean INFERENCE_SERVER_RUNTIME_MEM_FRACTION" in record.getMessage()
+    assert "REACTANTSERVER_WORKER_RUNTIME_MEM_FRACTON" in record.getMessage()
+    assert "did you mean REACTANTSERVER_WORKER_RUNTIME_MEM_FRACTION" in record.getMessage()
 
 
 def test_per_model_keys_have_no_variable(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        load(INFERENCE_SERVER_SCHEDULER_MODELS_RESNET_WEIGHT="2")
+        load(REACTANTSERVER_WORKER_SCHEDULER_MODELS_RESNET_WEIGHT="2")
     assert "ignoring unknown variable" in caplog.text
+
+
+_BATCH_HINT = "use scheduler.models.<m>.max_batch_size"
 
 
 @pytest.mark.parametrize(
     ("variable", "hint"),
     [
-        ("INFERENCE_SERVER_BATCH_POLICY_MAX_BATCH_SIZE", "use scheduler.models.<m>.max_batch_size"),
-        ("INFERENCE_SERVER_BATCH_POLICY_TIMEOUT_MS", "use scheduler.models.<m>.max_batch_size"),
+        ("REACTANTSERVER_WORKER_BATCH_POLICY_MAX_BATCH_SIZE", _BATCH_HINT),
+        ("REACTANTSERVER_WORKER_BATCH_POLICY_TIMEOUT_MS", _BATCH_HINT),
+        ("REACTANTSERVER_WORKER_RUNTIME_RESIDENCY_MODE", "use model_control_mode"),
+        (
+            "REACTANTSERVER_WORKER_SCHEDULER_DISPATCH_TIMEOUT_SECONDS",
+            "no execution watchdog exists",
+        ),
+        # The older spellings keep their hints, under the name the user set.
+        ("INFERENCE_SERVER_BATCH_POLICY_MAX_BATCH_SIZE", _BATCH_HINT),
         ("INFERENCE_SERVER_RUNTIME_RESIDENCY_MODE", "use model_control_mode"),
         ("INFERENCE_SERVER_SCHEDULER_DISPATCH_TIMEOUT_SECONDS", "no execution watchdog exists"),
     ],
@@ -219,36 +231,39 @@ def test_removed_variables_are_errors_with_hints(variable: str, hint: str) -> No
         ("REACTANT_FANOUT_SLOTS", "scratch_slots"),
     ],
 )
-def test_reactant_meta_variables(variable: str, path: str) -> None:
+def test_reactant_meta_variables_still_work(variable: str, path: str) -> None:
     loaded = load({"meta": {path: 3}}, **{variable: "7"})
     assert getattr(loaded.meta, path) == 7
 
 
-def test_canonical_variable_wins_over_reactant_alias(caplog: pytest.LogCaptureFixture) -> None:
+def test_older_key_name_wins_over_the_reactant_alias(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         loaded = load(REACTANT_META_CONCURRENCY="3", INFERENCE_SERVER_META_CONCURRENCY="5")
     assert loaded.meta.concurrency == 5
-    assert "INFERENCE_SERVER_META_CONCURRENCY wins" in caplog.text
+    assert (
+        "REACTANT_META_CONCURRENCY is deprecated and ignored: INFERENCE_SERVER_META_CONCURRENCY "
+        "is set too and wins; use REACTANTSERVER_WORKER_META_CONCURRENCY"
+    ) in caplog.text
 
 
 def test_worker_threads() -> None:
-    loaded = load(REACTANT_WORKER_THREADS="6")
+    loaded = load(REACTANTSERVER_WORKER_THREADS="6")
     assert loaded.hook_threads == 6
     assert loaded.hook_pool_size(64) == 6
-    assert load(REACTANT_WORKER_THREADS="").hook_threads is None
+    assert load(REACTANTSERVER_WORKER_THREADS="").hook_threads is None
     assert load().hook_threads is None
 
 
 @pytest.mark.parametrize("raw", ["0", "-2", "four", "1.5"])
 def test_bad_worker_threads(raw: str) -> None:
-    assert reject(REACTANT_WORKER_THREADS=raw).startswith("REACTANT_WORKER_THREADS: ")
+    assert reject(REACTANTSERVER_WORKER_THREADS=raw).startswith("REACTANTSERVER_WORKER_THREADS: ")
 
 
 def test_all_env_errors_are_reported_together() -> None:
     message = reject(
-        INFERENCE_SERVER_RUNTIME_WARMUP="maybe",
-        INFERENCE_SERVER_RUNTIME_RESIDENCY_MODE="x",
-        REACTANT_WORKER_THREADS="x",
+        REACTANTSERVER_WORKER_RUNTIME_WARMUP="maybe",
+        REACTANTSERVER_WORKER_RUNTIME_RESIDENCY_MODE="x",
+        REACTANTSERVER_WORKER_THREADS="x",
     )
     assert len(message.splitlines()) == 3
 
@@ -259,13 +274,17 @@ def test_all_env_errors_are_reported_together() -> None:
 @pytest.mark.parametrize(
     ("cache_dir", "env", "expected"),
     [
-        ("/var/cache/rs", {"REACTANT_CACHE_DIR": "/x", "XDG_CACHE_HOME": "/xdg"}, "/var/cache/rs"),
-        ("", {"REACTANT_CACHE_DIR": "/x", "XDG_CACHE_HOME": "/xdg"}, "/x"),
-        ("", {"REACTANT_CACHE_DIR": "", "XDG_CACHE_HOME": "/xdg"}, "/xdg/reactantserver"),
+        (
+            "/var/cache/rs",
+            {"REACTANTSERVER_CACHE_DIR": "/x", "XDG_CACHE_HOME": "/xdg"},
+            "/var/cache/rs",
+        ),
+        ("", {"REACTANTSERVER_CACHE_DIR": "/x", "XDG_CACHE_HOME": "/xdg"}, "/x"),
+        ("", {"REACTANTSERVER_CACHE_DIR": "", "XDG_CACHE_HOME": "/xdg"}, "/xdg/reactantserver"),
         ("", {"XDG_CACHE_HOME": "relative/ignored"}, "/home/tester/.cache/reactantserver"),
         ("", {}, "/home/tester/.cache/reactantserver"),
         ("~/caches", {}, "/home/tester/caches"),
-        ("", {"REACTANT_CACHE_DIR": "~/rc"}, "/home/tester/rc"),
+        ("", {"REACTANTSERVER_CACHE_DIR": "~/rc"}, "/home/tester/rc"),
     ],
 )
 def test_cache_dir_resolution(cache_dir: str, env: dict[str, str], expected: str) -> None:
@@ -277,16 +296,18 @@ def test_cache_dir_without_home_uses_the_password_database() -> None:
 
 
 def test_loader_resolves_cache_dirs() -> None:
-    loaded = load(REACTANT_CACHE_DIR="/var/cache/reactantserver")
+    loaded = load(REACTANTSERVER_CACHE_DIR="/var/cache/reactantserver")
     assert loaded.cache_dir == "/var/cache/reactantserver"
     assert loaded.runtime.autotune_cache_dir == "/var/cache/reactantserver/xla-autotune"
-    explicit = load({"runtime": {"autotune_cache_dir": "/tune"}}, INFERENCE_SERVER_CACHE_DIR="/c")
+    explicit = load(
+        {"runtime": {"autotune_cache_dir": "/tune"}}, REACTANTSERVER_WORKER_CACHE_DIR="/c"
+    )
     assert (explicit.cache_dir, explicit.runtime.autotune_cache_dir) == ("/c", "/tune")
 
 
 def test_nothing_reads_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("INFERENCE_SERVER_RUNTIME_MEM_FRACTION", "0.1")
-    monkeypatch.setenv("REACTANT_CACHE_DIR", "/from/os/environ")
+    monkeypatch.setenv("REACTANTSERVER_WORKER_RUNTIME_MEM_FRACTION", "0.1")
+    monkeypatch.setenv("REACTANTSERVER_CACHE_DIR", "/from/os/environ")
     loaded = load()
     assert loaded.runtime.mem_fraction == 0.9
     assert loaded.cache_dir == "/home/tester/.cache/reactantserver"
@@ -298,6 +319,6 @@ def test_nothing_reads_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_queue_delay_variable_sets_a_delay_or_the_adaptive_wait(
     raw: str, expected: int | None
 ) -> None:
-    variable = "INFERENCE_SERVER_SCHEDULER_MAX_QUEUE_DELAY_MICROSECONDS"
+    variable = "REACTANTSERVER_WORKER_SCHEDULER_MAX_QUEUE_DELAY_MICROSECONDS"
     data = {"scheduler": {"max_queue_delay_microseconds": 700}}
     assert load(data, **{variable: raw}).scheduler.max_queue_delay_microseconds == expected

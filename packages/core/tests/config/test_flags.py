@@ -85,8 +85,8 @@ def test_port_flags_by_role() -> None:
 def test_standalone_flags_win_over_the_environment(tmp_path: Path) -> None:
     env = {
         **ENV,
-        "INFERENCE_SERVER_ENDPOINTS_PORT": "7001",
-        "INFERENCE_SERVER_LOGGING_FORMAT": "text",
+        "REACTANTSERVER_WORKER_ENDPOINTS_PORT": "7001",
+        "REACTANTSERVER_WORKER_LOGGING_FORMAT": "text",
     }
     second = tmp_path / "second"
     argv = f"--model-repository {tmp_path} --model-repository {second} --grpc-port 9001"

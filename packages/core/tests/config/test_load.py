@@ -54,22 +54,22 @@ def test_node_file_and_worker_name(tmp_path: Path) -> None:
 
 def test_worker_name_from_environment(tmp_path: Path) -> None:
     path = write(tmp_path, TWO_WORKERS)
-    loaded = load_worker_config(node_file=path, env={**ENV, "REACTANT_WORKER_NAME": "w0"})
+    loaded = load_worker_config(node_file=path, env={**ENV, "REACTANTSERVER_WORKER_NAME": "w0"})
     assert (loaded.worker_name, loaded.endpoints.port) == ("w0", 8080)
     flag_wins = load_worker_config(
-        node_file=path, worker="w1", env={**ENV, "REACTANT_WORKER_NAME": "w0"}
+        node_file=path, worker="w1", env={**ENV, "REACTANTSERVER_WORKER_NAME": "w0"}
     )
     assert flag_wins.worker_name == "w1"
 
 
 def test_multi_worker_file_needs_a_name(tmp_path: Path) -> None:
     path = write(tmp_path, TWO_WORKERS)
-    for env in (ENV, {**ENV, "REACTANT_WORKER_NAME": ""}):
+    for env in (ENV, {**ENV, "REACTANTSERVER_WORKER_NAME": ""}):
         with pytest.raises(ConfigError) as info:
             load_worker_config(node_file=path, env=env)
         message = str(info.value)
         assert "2 workers (w0, w1)" in message
-        assert "REACTANT_WORKER_NAME" in message
+        assert "REACTANTSERVER_WORKER_NAME" in message
 
 
 def test_single_worker_file_needs_no_name(tmp_path: Path) -> None:
@@ -94,7 +94,7 @@ def test_unknown_worker_name(tmp_path: Path) -> None:
 
 def test_node_file_from_environment(tmp_path: Path) -> None:
     path = write(tmp_path, TWO_WORKERS)
-    env = {**ENV, "REACTANT_NODE_FILE": str(path), "REACTANT_WORKER_NAME": "w1"}
+    env = {**ENV, "REACTANTSERVER_NODE_FILE": str(path), "REACTANTSERVER_WORKER_NAME": "w1"}
     assert load_worker_config(env=env).endpoints.port == 8081
 
 
@@ -110,12 +110,16 @@ def test_env_overrides_apply_to_the_node_worker(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = write(tmp_path, TWO_WORKERS)
-    env = {**ENV, "INFERENCE_SERVER_SCHEDULER_DISCIPLINE": "fifo", "REACTANT_WORKER_THREADS": "3"}
+    env = {
+        **ENV,
+        "REACTANTSERVER_WORKER_SCHEDULER_DISCIPLINE": "fifo",
+        "REACTANTSERVER_WORKER_THREADS": "3",
+    }
     with caplog.at_level(logging.INFO, logger="reactantserver.core.config"):
         loaded = load_worker_config(node_file=path, worker="w1", env=env)
     assert loaded.scheduler.discipline == "fifo"
     assert loaded.hook_threads == 3
-    assert "INFERENCE_SERVER_SCHEDULER_DISCIPLINE" in caplog.text
+    assert "REACTANTSERVER_WORKER_SCHEDULER_DISCIPLINE" in caplog.text
 
 
 # ---- reactantserver-worker --model-repository DIR -----------------------------------------------
@@ -133,12 +137,16 @@ def test_standalone_model_repo(tmp_path: Path) -> None:
 
 
 def test_standalone_takes_env_overrides(tmp_path: Path) -> None:
-    env = {**ENV, "INFERENCE_SERVER_ENDPOINTS_HOST": "0.0.0.0", "REACTANT_WORKER_NAME": "solo"}
+    env = {
+        **ENV,
+        "REACTANTSERVER_WORKER_ENDPOINTS_HOST": "0.0.0.0",
+        "REACTANTSERVER_WORKER_NAME": "solo",
+    }
     loaded = load_worker_config(model_repo=tmp_path, env=env)
     assert (loaded.endpoints.host, loaded.worker_name) == ("0.0.0.0", "solo")
     with pytest.raises(ConfigError, match=r"endpoints\.metrics_port: must differ"):
         load_worker_config(
-            model_repo=tmp_path, env={**ENV, "INFERENCE_SERVER_ENDPOINTS_PORT": "8002"}
+            model_repo=tmp_path, env={**ENV, "REACTANTSERVER_WORKER_ENDPOINTS_PORT": "8002"}
         )
 
 
@@ -174,12 +182,12 @@ def test_load_node_config_checks_env_quietly(
 ) -> None:
     path = write(tmp_path, TWO_WORKERS)
     with caplog.at_level(logging.INFO, logger="reactantserver.core.config"):
-        parsed = load_node_config(path, {**ENV, "INFERENCE_SERVER_META_CONCURRENCY": "4"})
+        parsed = load_node_config(path, {**ENV, "REACTANTSERVER_WORKER_META_CONCURRENCY": "4"})
     assert [w.name for w in parsed.workers or ()] == ["w0", "w1"]
     assert parsed.source == path
     assert caplog.records == []
-    with pytest.raises(ConfigError, match="INFERENCE_SERVER_META_CONCURRENCY"):
-        load_node_config(path, {**ENV, "INFERENCE_SERVER_META_CONCURRENCY": "0"})
+    with pytest.raises(ConfigError, match="REACTANTSERVER_WORKER_META_CONCURRENCY"):
+        load_node_config(path, {**ENV, "REACTANTSERVER_WORKER_META_CONCURRENCY": "0"})
 
 
 def test_empty_and_non_mapping_files(tmp_path: Path) -> None:

@@ -283,7 +283,7 @@ def test_resolution_order_and_deep_merge() -> None:
     )
     # Environment overrides come last.
     assert (
-        worker(parsed, "w1", INFERENCE_SERVER_RUNTIME_MEM_FRACTION="0.2").runtime.mem_fraction
+        worker(parsed, "w1", REACTANTSERVER_WORKER_RUNTIME_MEM_FRACTION="0.2").runtime.mem_fraction
         == 0.2
     )
 
@@ -306,7 +306,7 @@ def test_node_derived_values_win_over_blocks(caplog: pytest.LogCaptureFixture) -
 
 
 def test_env_overrides_node_derived_port() -> None:
-    resolved = worker(node(workers=TWO), "w1", INFERENCE_SERVER_ENDPOINTS_PORT="8001")
+    resolved = worker(node(workers=TWO), "w1", REACTANTSERVER_WORKER_ENDPOINTS_PORT="8001")
     assert resolved.endpoints.port == 8001
 
 

@@ -387,7 +387,7 @@ def test_queue_delay_per_model_overrides_the_global_one() -> None:
     assert scheduler.queue_delay_us("resnet") == 0
     assert scheduler.queue_delay_us("bert") == 500
     assert scheduler.queue_delay_us("unlisted") == 500
-    env = {**ENV, "INFERENCE_SERVER_SCHEDULER_MAX_QUEUE_DELAY_MICROSECONDS": "250"}
+    env = {**ENV, "REACTANTSERVER_WORKER_SCHEDULER_MAX_QUEUE_DELAY_MICROSECONDS": "250"}
     assert worker_config_from_mapping({}, env).scheduler.queue_delay_us("any") == 250
 
 

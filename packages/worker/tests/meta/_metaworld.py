@@ -188,7 +188,7 @@ def meta_config(
             "expose_sub_models": expose_sub_models,
         },
     }
-    return worker_config_from_mapping(data, {"REACTANT_WORKER_THREADS": str(hook_threads)})
+    return worker_config_from_mapping(data, {"REACTANTSERVER_WORKER_THREADS": str(hook_threads)})
 
 
 def start_meta_world(config: WorkerConfig, bundles: Sequence[Path]) -> World:

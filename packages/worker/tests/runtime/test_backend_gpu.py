@@ -242,12 +242,12 @@ def test_a_worker_serves_on_the_device(gpu_platform: str, tmp_path: Path) -> Non
     port = _free_port()
     env = dict(os.environ)
     env.update(
-        INFERENCE_SERVER_RUNTIME_BACKEND=gpu_platform,
-        INFERENCE_SERVER_RUNTIME_ALLOW_CPU_FALLBACK="false",
-        INFERENCE_SERVER_RUNTIME_MEM_FRACTION="0.2",
-        INFERENCE_SERVER_MODEL_CONTROL_MODE="static",
-        INFERENCE_SERVER_ENDPOINTS_PORT=str(port),
-        INFERENCE_SERVER_CACHE_DIR=str(tmp_path / "cache"),
+        REACTANTSERVER_WORKER_RUNTIME_BACKEND=gpu_platform,
+        REACTANTSERVER_WORKER_RUNTIME_ALLOW_CPU_FALLBACK="false",
+        REACTANTSERVER_WORKER_RUNTIME_MEM_FRACTION="0.2",
+        REACTANTSERVER_WORKER_MODEL_CONTROL_MODE="static",
+        REACTANTSERVER_WORKER_ENDPOINTS_PORT=str(port),
+        REACTANTSERVER_WORKER_CACHE_DIR=str(tmp_path / "cache"),
     )
     log = (tmp_path / "worker.log").open("w")
     proc = subprocess.Popen(

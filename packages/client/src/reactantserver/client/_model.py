@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -14,6 +15,7 @@ from reactantserver.client._spec import ModelIOSpec
 from reactantserver.client._staging import StagingPool, default_pool
 from reactantserver.client._transport import ENDPOINTS, Endpoint, SharedMemoryMode
 from reactantserver.client._url import parse_url
+from reactantserver.core.config import CLIENT_MAX_RECV_VARIABLE, CLIENT_MAX_SEND_VARIABLE, lookup
 from reactantserver.core.protocol import INFERENCE_METHODS
 from reactantserver.core.protocol import grpc_service_pb2 as pb
 
@@ -27,8 +29,8 @@ __all__ = [
 ]
 
 DEFAULT_MESSAGE_BYTES = 512 * 1024 * 1024
-MAX_SEND_ENV = "REACTANT_CLIENT_GRPC_MAX_SEND_MSG_BYTES"
-MAX_RECV_ENV = "REACTANT_CLIENT_GRPC_MAX_RECV_MSG_BYTES"
+MAX_SEND_ENV = CLIENT_MAX_SEND_VARIABLE
+MAX_RECV_ENV = CLIENT_MAX_RECV_VARIABLE
 DEFAULT_REPROBE_INTERVAL_S = 60.0
 """How often a pool latched to inline re-probes its endpoint (``shm_reprobe_interval``)."""
 
@@ -36,18 +38,26 @@ _METADATA = INFERENCE_METHODS["ModelMetadata"]
 _MODES = ("auto", "on", "off")
 
 
+_log = logging.getLogger("reactantserver.client")
+#: Older variable names already reported in this process (one warning each).
+_DEPRECATED_SEEN: set[str] = set()
+
+
 def message_limit(explicit: int | None, env: str) -> int:
-    """A message-size limit: the argument, else ``env``, else 512 MiB."""
+    """A message-size limit: the argument, else ``env`` (or its older name), else 512 MiB."""
     if explicit is not None:
         value, source = explicit, "argument"
     else:
-        text = os.environ.get(env)
+        text, name = lookup(os.environ, env)
         if text is None:
             return DEFAULT_MESSAGE_BYTES
+        if name != env and name not in _DEPRECATED_SEEN:
+            _DEPRECATED_SEEN.add(name)
+            _log.warning("%s is deprecated; use %s", name, env)
         try:
-            value, source = int(text), env
+            value, source = int(text), name
         except ValueError:
-            raise ValueError(f"{env} must be an integer number of bytes, got {text!r}") from None
+            raise ValueError(f"{name} must be an integer number of bytes, got {text!r}") from None
     if value < 1:
         raise ValueError(f"message limit from {source} must be >= 1 byte, got {value}")
     return value

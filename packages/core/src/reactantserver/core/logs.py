@@ -24,7 +24,7 @@ import signal
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 
-from reactantserver.core.config import LogFormat, LoggingConfig
+from reactantserver.core.config import SUPERVISOR_PID_VARIABLE, LogFormat, LoggingConfig, lookup
 
 __all__ = [
     "RECORD_FIELDS",
@@ -38,8 +38,6 @@ __all__ = [
     "print_held",
 ]
 
-#: Set by the node supervisor on its children: its PID, so a child can follow it out.
-SUPERVISOR_PID_VARIABLE = "REACTANT_SUPERVISOR_PID"
 _PR_SET_PDEATHSIG = 1
 
 _log = logging.getLogger("reactantserver")
@@ -143,10 +141,10 @@ def configure_logging(config: LoggingConfig, held: Sequence[logging.LogRecord] =
 def die_with_parent(env: Mapping[str, str] = os.environ) -> None:
     """Death-of-parent: SIGTERM when the supervisor goes away (Linux).
 
-    Only when the supervisor announced itself in ``REACTANT_SUPERVISOR_PID``; exits 1 if it
-    is already gone.
+    Only when the supervisor announced itself in ``REACTANTSERVER_SUPERVISOR_PID`` (or its older
+    name); exits 1 if it is already gone.
     """
-    parent = env.get(SUPERVISOR_PID_VARIABLE)
+    parent, _name = lookup(env, SUPERVISOR_PID_VARIABLE)
     if not parent or not sys.platform.startswith("linux"):
         return
     libc = ctypes.CDLL(None, use_errno=True)

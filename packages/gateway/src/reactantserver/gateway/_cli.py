@@ -38,7 +38,9 @@ def _parser() -> argparse.ArgumentParser:
         description="One gRPC endpoint over many ReactantServer workers "
         "(`reactantserver-gateway ctl --help` for the operator CLI).",
     )
-    parser.add_argument("--config", type=Path, help="gateway.yml (default $REACTANT_GATEWAY_FILE)")
+    parser.add_argument(
+        "--config", type=Path, help="gateway.yml (default $REACTANTSERVER_GATEWAY_FILE)"
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
 

@@ -12,7 +12,7 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -28,13 +28,19 @@ from reactantserver.core.config import (
     node_config_from_mapping,
     node_worker_configs,
     port_flags,
+    upgrade_env,
     worker_key_flags,
 )
 from reactantserver.core.errors import ConfigError
 from reactantserver.node import __version__
 from reactantserver.node._health import healthcheck, readiness_urls
 from reactantserver.node._logmux import LogMux
-from reactantserver.node._overrides import apply_flags, apply_overrides
+from reactantserver.node._overrides import (
+    GPUS_VARIABLE,
+    ROLE_VARIABLE,
+    apply_flags,
+    apply_overrides,
+)
 from reactantserver.node._plan import NodePlan, materialized_documents, plan_node
 from reactantserver.node._supervisor import Supervisor
 
@@ -63,8 +69,8 @@ def _parser() -> argparse.ArgumentParser:
         help=f"node file (default ${NODE_FILE_VARIABLE}, else {DEFAULT_NODE_FILE})",
     )
     add_triton_arguments(parser)
-    parser.add_argument("--role", help="all | workers | gateway (overrides REACTANT_ROLE)")
-    parser.add_argument("--gpus", help="device count or comma list (overrides REACTANT_GPUS)")
+    parser.add_argument("--role", help=f"all | workers | gateway (overrides {ROLE_VARIABLE})")
+    parser.add_argument("--gpus", help=f"device count or comma list (overrides {GPUS_VARIABLE})")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
 
@@ -72,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
 def _node_file(flag: Path | None, env: Mapping[str, str]) -> Path | None:
     """The node file to read; ``None`` when there is none to read and none was named.
 
-    Without ``--node-file`` and ``$REACTANT_NODE_FILE``, the default file is optional when
+    Without ``--node-file`` and ``$REACTANTSERVER_NODE_FILE``, the default file is optional when
     ``--model-repository`` says what to serve (then the node runs on the defaults).
     """
     if flag is not None:
@@ -122,17 +128,18 @@ LOGGING_FORMAT_VARIABLE: Final = next(
 
 
 def _json_logs(plan: NodePlan, env: Mapping[str, str]) -> bool:
-    """Whether the children log JSON: ``INFERENCE_SERVER_LOGGING_FORMAT``, else ``global:``."""
+    """Whether the children log JSON: ``REACTANTSERVER_WORKER_LOGGING_FORMAT``, else ``global:``."""
     logging_block = plan.node.global_settings.get("logging")
     configured = logging_block.get("format") if isinstance(logging_block, Mapping) else None
     chosen = env.get(LOGGING_FORMAT_VARIABLE, "").strip() or configured or "text"
     return str(chosen).lower() == "json"
 
 
-def _supervise(plan: NodePlan, env: Mapping[str, str]) -> int:
+def _supervise(plan: NodePlan, env: Mapping[str, str], deprecated: Sequence[str]) -> int:
     mux = LogMux(sys.stdout.buffer, json_lines=_json_logs(plan, env))
+    notes = (*deprecated, *plan.notes)
     supervisor = Supervisor(
-        plan.children, plan.node.supervisor, mux, role=plan.node.role.value, notes=plan.notes
+        plan.children, plan.node.supervisor, mux, role=plan.node.role.value, notes=notes
     )
     if plan.public_grpc is not None:
         mux.supervisor(
@@ -142,16 +149,28 @@ def _supervise(plan: NodePlan, env: Mapping[str, str]) -> int:
     return asyncio.run(supervisor.run())
 
 
+def _print_warnings(messages: Sequence[str]) -> None:
+    for message in messages:
+        print(f"{_PROG}: warning: {message}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``reactantserver-node``; returns the process exit status."""
     args = _parser().parse_args(argv)
-    env = dict(os.environ)
+    # Older variable names become the new ones here, once: the children get only new names.
+    # (the supervisor logs the warnings when it runs; otherwise they go to stderr).
+    upgrade = upgrade_env(os.environ)
+    env = dict(upgrade.env)
+    if args.command != "run":
+        _print_warnings(upgrade.messages)
     try:
         plan = _plan(args, env, write=args.command == "run")
     except ConfigError as error:
+        _print_warnings(upgrade.messages if args.command == "run" else ())
         print(f"{_PROG}: configuration error: {error}", file=sys.stderr)
         return 1
     except OSError as error:
+        _print_warnings(upgrade.messages if args.command == "run" else ())
         print(f"{_PROG}: start-up failed: {error}", file=sys.stderr)
         return 1
     if args.command == "materialize":
@@ -165,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         for failure in failures:
             print(f"{_PROG}: not healthy: {failure}", file=sys.stderr)
         return 1 if failures else 0
-    return _supervise(plan, env)
+    return _supervise(plan, env, upgrade.messages)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from typing import Any, Final, TypeAlias
 
 import attrs
 
-from reactantserver.core.config import GpuSpec
+from reactantserver.core.config import NODE_PREFIX, GpuSpec, key_variable
 from reactantserver.core.errors import ConfigError
 
 __all__ = [
@@ -37,7 +37,7 @@ __all__ = [
 #: The variable every child is given exactly one device through (``""`` for CPU workers).
 CUDA_VISIBLE_DEVICES: Final = "CUDA_VISIBLE_DEVICES"
 #: Overrides the node file's ``gpus``.
-GPUS_VARIABLE: Final = "REACTANT_GPUS"
+GPUS_VARIABLE: Final = key_variable(NODE_PREFIX, ("gpus",))
 #: Upper bound of the per-worker thread allotment.
 MAX_WORKER_THREADS: Final = 16
 _AUTO: Final = "auto"
@@ -71,7 +71,7 @@ def nvml_device_count() -> int | None:
 
 
 def parse_gpu_spec(value: str, *, variable: str) -> GpuSpec:
-    """``REACTANT_GPUS`` / ``--gpus`` text as a ``gpus`` value.
+    """``REACTANTSERVER_NODE_GPUS`` / ``--gpus`` text as a ``gpus`` value.
 
     A bare integer ``N`` is a device count (``0`` = a CPU node); ``auto`` restores detection;
     anything else is a comma list of ordinals or UUIDs (trimmed). Empty text, empty items,
@@ -107,7 +107,8 @@ class DeviceSelection:
     """The devices found and where they came from.
 
     ``selectors`` are ordinal strings or UUIDs passed verbatim as ``CUDA_VISIBLE_DEVICES``;
-    ``source`` is ``REACTANT_GPUS``, ``gpus``, ``CUDA_VISIBLE_DEVICES``, ``nvml`` or ``none``.
+    ``source`` is ``REACTANTSERVER_NODE_GPUS``, ``gpus``, ``CUDA_VISIBLE_DEVICES``, ``nvml`` or
+    ``none``.
     """
 
     selectors: tuple[str, ...]
@@ -119,8 +120,8 @@ def _spec_selectors(gpus: int | tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _gpus_source(gpus: GpuSpec, env: Mapping[str, str]) -> str:
-    # The caller has already folded REACTANT_GPUS (or --gpus) into ``gpus``; name the variable
-    # when the value is the one it holds.
+    # The caller has already folded REACTANTSERVER_NODE_GPUS (or --gpus) into ``gpus``; name the
+    # variable when the value is the one it holds.
     raw = env.get(GPUS_VARIABLE, "")
     if raw.strip():
         try:
@@ -147,7 +148,7 @@ def detect_devices(
 ) -> DeviceSelection:
     """The node's device selectors: the first source that says anything wins.
 
-    ``gpus`` (already overridden by ``--gpus`` / ``REACTANT_GPUS``; a count ``N`` means
+    ``gpus`` (already overridden by ``--gpus`` / ``REACTANTSERVER_NODE_GPUS``; a count ``N`` means
     ``"0"``…``"N-1"``, ``0`` a CPU node) unless ``auto``; then ``CUDA_VISIBLE_DEVICES`` (a set
     but empty value means no devices, and detection stops there); then the NVML device count;
     else none.

@@ -15,9 +15,11 @@ import attrs
 
 from reactantserver.core.config import (
     AUTO_GPUS,
+    ENV_PREFIX,
     Backend,
     NodeConfig,
     WorkerEntry,
+    key_variable,
     node_worker_configs,
     synthesize_workers,
 )
@@ -27,7 +29,7 @@ from reactantserver.node._devices import DeviceSelection, NvmlCount, detect_devi
 __all__ = ["BACKEND_VARIABLE", "WorkerLayout", "lay_out_workers"]
 
 #: The worker variable that forces the backend of CPU-fallback workers.
-BACKEND_VARIABLE: Final = "INFERENCE_SERVER_RUNTIME_BACKEND"
+BACKEND_VARIABLE: Final = key_variable(ENV_PREFIX, ("runtime", "backend"))
 
 
 @attrs.frozen(kw_only=True)
@@ -35,7 +37,7 @@ class WorkerLayout:
     """The node with its workers listed, the selector of each (``None`` = CPU) and why.
 
     ``forced_cpu`` is set when a CUDA node found no device and falls back to CPU workers; their
-    children then get ``INFERENCE_SERVER_RUNTIME_BACKEND=cpu``.
+    children then get ``REACTANTSERVER_WORKER_RUNTIME_BACKEND=cpu``.
     """
 
     node: NodeConfig
@@ -154,8 +156,8 @@ def lay_out_workers(
         if not fallback:
             raise ConfigError(
                 f"{_no_device_message(devices)}; expose the GPUs (docker --gpus, "
-                "nvidia.com/gpu), set gpus or REACTANT_GPUS to their ordinals or UUIDs, set "
-                "runtime.backend: cpu, or set runtime.allow_cpu_fallback: true" + _where(node)
+                "nvidia.com/gpu), set gpus or REACTANTSERVER_NODE_GPUS to their ordinals or UUIDs, "
+                "set runtime.backend: cpu, or set runtime.allow_cpu_fallback: true" + _where(node)
             )
         count = node.cpu_workers if node.workers is None else len(node.workers)
         note = (

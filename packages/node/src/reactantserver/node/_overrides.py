@@ -1,8 +1,11 @@
 """Command-line flags and environment over the node file (09: flag > environment > file).
 
 Each override is checked with the rule the node file uses for its key, and a bad value raises
-:class:`ConfigError` naming the flag or variable (``REACTANT_ROLE: must be one of ...``). An
-empty variable counts as unset, except ``REACTANT_GPUS``, where it is an error.
+:class:`ConfigError` naming the flag or variable (``REACTANTSERVER_NODE_ROLE: must be one of
+...``). An empty variable counts as unset, except ``REACTANTSERVER_NODE_GPUS``, where it is an
+error. The variables are named by core's one scheme: ``REACTANTSERVER_NODE_<KEY_PATH>``, and
+the gateway's ``REACTANTSERVER_GATEWAY_LISTEN_*`` for ``listen.*`` (the node's public addresses
+are its gateway's).
 """
 
 from __future__ import annotations
@@ -14,7 +17,17 @@ from typing import Any, Final
 
 import attrs
 
-from reactantserver.core.config import FlagValue, NodeConfig, Role, check_address, set_path
+from reactantserver.core.config import (
+    GATEWAY_PREFIX,
+    NODE_PREFIX,
+    FlagValue,
+    NodeConfig,
+    Role,
+    check_address,
+    key_variable,
+    set_path,
+    upgrade_env,
+)
 from reactantserver.core.errors import ConfigError
 from reactantserver.node._devices import GPUS_VARIABLE, parse_gpu_spec
 
@@ -32,12 +45,12 @@ __all__ = [
     "apply_overrides",
 ]
 
-ROLE_VARIABLE: Final = "REACTANT_ROLE"
-CPU_WORKERS_VARIABLE: Final = "REACTANT_CPU_WORKERS"
-MAX_RESTARTS_VARIABLE: Final = "REACTANT_SUPERVISOR_MAX_RESTARTS"
-LISTEN_HTTP_VARIABLE: Final = "REACTANT_GATEWAY_LISTEN_HTTP"
-LISTEN_GRPC_VARIABLE: Final = "REACTANT_GATEWAY_LISTEN_GRPC"
-LISTEN_METRICS_VARIABLE: Final = "REACTANT_GATEWAY_LISTEN_METRICS"
+ROLE_VARIABLE: Final = key_variable(NODE_PREFIX, ("role",))
+CPU_WORKERS_VARIABLE: Final = key_variable(NODE_PREFIX, ("cpu_workers",))
+MAX_RESTARTS_VARIABLE: Final = key_variable(NODE_PREFIX, ("supervisor", "max_restarts"))
+LISTEN_HTTP_VARIABLE: Final = key_variable(GATEWAY_PREFIX, ("listen", "http"))
+LISTEN_GRPC_VARIABLE: Final = key_variable(GATEWAY_PREFIX, ("listen", "grpc"))
+LISTEN_METRICS_VARIABLE: Final = key_variable(GATEWAY_PREFIX, ("listen", "metrics"))
 ROLE_FLAG: Final = "--role"
 GPUS_FLAG: Final = "--gpus"
 
@@ -79,11 +92,13 @@ def apply_overrides(
     role: str | None = None,
     gpus: str | None = None,
 ) -> NodeConfig:
-    """``node`` with ``--role``/``--gpus`` and the ``REACTANT_*`` supervisor variables applied.
+    """``node`` with ``--role``/``--gpus`` and the node's variables applied.
 
     Flags win over variables, variables over the file. Covers ``role``, ``gpus``,
-    ``cpu_workers``, ``supervisor.max_restarts`` and ``listen.*``.
+    ``cpu_workers``, ``supervisor.max_restarts`` and ``listen.*``. Older variable names work
+    (silently here: the caller reports them, see core's ``upgrade_env``).
     """
+    env = upgrade_env(env).env
     changes: dict[str, object] = {}
     if role is not None:
         changes["role"] = _role(role, ROLE_FLAG)

@@ -22,6 +22,9 @@ from typing import Any, Final
 import attrs
 
 from reactantserver.core.config import (
+    ENV_PREFIX,
+    GATEWAY_PREFIX,
+    SUPERVISOR_PID_VARIABLE,
     WORKER_NAME_VARIABLE,
     WORKER_THREADS_VARIABLE,
     Backend,
@@ -29,11 +32,12 @@ from reactantserver.core.config import (
     NodeConfig,
     Role,
     WorkerConfig,
+    key_variable,
     node_config_to_dict,
     resolve_worker_config,
+    upgrade_env,
 )
 from reactantserver.core.errors import ConfigError
-from reactantserver.core.logs import SUPERVISOR_PID_VARIABLE
 from reactantserver.gateway.config import FILE_VARIABLE as GATEWAY_FILE_VARIABLE
 from reactantserver.gateway.config import GatewayConfig, load_gateway_config
 from reactantserver.node._devices import (
@@ -68,13 +72,13 @@ __all__ = [
 NODE_FILE_NAME: Final = "node.yaml"
 GATEWAY_FILE_NAME: Final = "gateway.yml"
 #: Injected into the gateway's environment (``inf``) unless already set.
-STARTUP_WAIT_VARIABLE: Final = "REACTANT_GATEWAY_STARTUP_WAIT_SECONDS"
+STARTUP_WAIT_VARIABLE: Final = key_variable(GATEWAY_PREFIX, ("startup_wait_seconds",))
 _RUNTIME_SUBDIR: Final = "reactantserver"
 _SYSTEM_RUNTIME_DIR: Final = Path("/run")
-_HOST_VARIABLE: Final = "INFERENCE_SERVER_ENDPOINTS_HOST"
-_PORT_VARIABLE: Final = "INFERENCE_SERVER_ENDPOINTS_PORT"
-_HTTP_PORT_VARIABLE: Final = "INFERENCE_SERVER_ENDPOINTS_HTTP_PORT"
-_METRICS_PORT_VARIABLE: Final = "INFERENCE_SERVER_ENDPOINTS_METRICS_PORT"
+_HOST_VARIABLE: Final = key_variable(ENV_PREFIX, ("endpoints", "host"))
+_PORT_VARIABLE: Final = key_variable(ENV_PREFIX, ("endpoints", "port"))
+_HTTP_PORT_VARIABLE: Final = key_variable(ENV_PREFIX, ("endpoints", "http_port"))
+_METRICS_PORT_VARIABLE: Final = key_variable(ENV_PREFIX, ("endpoints", "metrics_port"))
 
 
 @attrs.frozen(kw_only=True)
@@ -84,8 +88,9 @@ class NodePlan:
     ``node`` has its workers synthesized and bound (it is what ``node.yaml`` holds);
     ``children`` are the workers in declaration order, then the gateway if any; ``node_file``
     and ``gateway_file`` are the files they read (``None`` when unused); ``gateway_config`` is
-    the materialized gateway mapping (``None`` with ``REACTANT_GATEWAY_FILE``); ``threads`` is
-    each worker's ``REACTANT_WORKER_THREADS``; ``notes`` are warnings for the supervisor to log;
+    the materialized gateway mapping (``None`` with ``REACTANTSERVER_GATEWAY_FILE``); ``threads``
+    is each worker's ``REACTANTSERVER_WORKER_THREADS``; ``notes`` are warnings for the supervisor
+    to log;
     ``public_http``/``public_grpc``/``public_metrics`` are the public addresses (``None`` for
     role workers).
     """
@@ -181,7 +186,7 @@ def _share_notes(workers: list[_Worker], node: NodeConfig, forced_cpu: bool) -> 
 
 
 def _check_resolved_ports(workers: list[_Worker], node: NodeConfig) -> None:
-    # The node file's ports are checked by core; INFERENCE_SERVER_ENDPOINTS_* in the
+    # The node file's ports are checked by core; REACTANTSERVER_WORKER_ENDPOINTS_* in the
     # environment apply to every worker alike and can still make two of them collide.
     seen: dict[int, str] = {}
     for worker in workers:
@@ -193,7 +198,7 @@ def _check_resolved_ports(workers: list[_Worker], node: NodeConfig) -> None:
             if port in seen:
                 raise ConfigError(
                     f"port {port} is both {seen[port]} and {label} (check listen.* and "
-                    f"INFERENCE_SERVER_ENDPOINTS_* in the environment)"
+                    f"{ENV_PREFIX}ENDPOINTS_* in the environment)"
                     + (f" (in {node.source})" if node.source is not None else "")
                 )
             seen[port] = label
@@ -301,6 +306,7 @@ def plan_node(
     plan names the files it would write. Raises :class:`ConfigError` for anything that would
     stop the node from starting, before a file is written.
     """
+    env = upgrade_env(env).env  # the children get the new names only
     role = node.role
     directory = directory if directory is not None else runtime_directory(env)
     gateway_file_env = env.get(GATEWAY_FILE_VARIABLE, "").strip()

@@ -43,8 +43,12 @@ _log = logging.getLogger("reactantserver.worker")
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=_PROG, description="Serve StableHLO model bundles.")
     add_triton_arguments(parser)
-    parser.add_argument("--node-file", type=Path, help="node file (default $REACTANT_NODE_FILE)")
-    parser.add_argument("--worker", help="the node-file worker to serve ($REACTANT_WORKER_NAME)")
+    parser.add_argument(
+        "--node-file", type=Path, help="node file (default $REACTANTSERVER_NODE_FILE)"
+    )
+    parser.add_argument(
+        "--worker", help="the node-file worker to serve ($REACTANTSERVER_WORKER_NAME)"
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
 

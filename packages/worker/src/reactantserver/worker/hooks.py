@@ -391,7 +391,7 @@ def _usable_cpus() -> int:
 
 
 def hook_pool_size(config: WorkerConfig | None = None) -> int:
-    """Threads of the hook pool: ``REACTANT_WORKER_THREADS`` else ``min(cpu_count, 16)``.
+    """Threads of the hook pool: ``REACTANTSERVER_WORKER_THREADS`` else ``min(cpu_count, 16)``.
 
     The variable is read by :func:`~reactantserver.core.config.load_worker_config` into
     ``config.hook_threads``; without a ``config`` the default applies. ``cpu_count`` counts the

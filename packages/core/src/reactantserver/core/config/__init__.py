@@ -27,7 +27,6 @@ from typing import Any, Final
 import attrs
 
 from reactantserver.core.config._env import (
-    ALIAS_VARIABLES,
     CACHE_DIR_VARIABLE,
     DEFAULT_NODE_FILE,
     ENV_OVERRIDES,
@@ -86,10 +85,30 @@ from reactantserver.core.config._schema import (
     WorkerConfig,
 )
 from reactantserver.core.config._structure import Origin, Problem, config_error, raise_problems
+from reactantserver.core.config._variables import (
+    CLIENT_MAX_RECV_VARIABLE,
+    CLIENT_MAX_SEND_VARIABLE,
+    GATEWAY_FILE_VARIABLE,
+    GATEWAY_PREFIX,
+    NODE_KEY_VARIABLES,
+    NODE_PREFIX,
+    PROCESS_VARIABLES,
+    RENAMED_PREFIXES,
+    RENAMED_VARIABLES,
+    SUPERVISOR_PID_VARIABLE,
+    EnvUpgrade,
+    check_not_process_variable,
+    key_variable,
+    lookup,
+    renamed_to,
+    unknown_variables,
+    upgrade_env,
+)
 from reactantserver.core.config._worker import (
     Layer,
     finish_worker_config,
     merge_layers,
+    resolve_env,
     set_path,
     top_level_mapping,
 )
@@ -99,18 +118,29 @@ from reactantserver.core.errors import ConfigError
 __all__ = [
     "AUTO_GPUS",
     "CACHE_DIR_VARIABLE",
+    "CLIENT_MAX_RECV_VARIABLE",
+    "CLIENT_MAX_SEND_VARIABLE",
     "DEFAULT_NODE_FILE",
     "ENV_PREFIX",
+    "GATEWAY_FILE_VARIABLE",
+    "GATEWAY_PREFIX",
     "NODE_FILE_VARIABLE",
+    "NODE_KEY_VARIABLES",
+    "NODE_PREFIX",
+    "PROCESS_VARIABLES",
     "REMOVED_KEYS",
+    "RENAMED_PREFIXES",
+    "RENAMED_VARIABLES",
     "STANDALONE_GRPC_PORT",
     "STANDALONE_HTTP_PORT",
     "STANDALONE_METRICS_PORT",
+    "SUPERVISOR_PID_VARIABLE",
     "WORKER_NAME_VARIABLE",
     "WORKER_THREADS_VARIABLE",
     "Backend",
     "EndpointsConfig",
     "EnvOverride",
+    "EnvUpgrade",
     "FlagValue",
     "GpuSpec",
     "GrpcConfig",
@@ -138,24 +168,31 @@ __all__ = [
     "WorkerEntry",
     "add_triton_arguments",
     "check_address",
+    "check_not_process_variable",
     "config_error",
-    "env_alias_variables",
     "env_override_variables",
     "iter_leaf_fields",
+    "key_variable",
     "load_node_config",
     "load_worker_config",
     "load_yaml_file",
+    "lookup",
     "node_config_from_mapping",
     "node_config_to_dict",
     "node_worker_configs",
     "parse_env_setting",
     "port_flags",
+    "renamed_to",
+    "renamed_variables",
     "resolve_cache_dir",
+    "resolve_env",
     "resolve_worker_config",
     "set_path",
     "setting",
     "structure_file",
     "synthesize_workers",
+    "unknown_variables",
+    "upgrade_env",
     "worker_config_from_mapping",
     "worker_config_to_dict",
     "worker_entries",
@@ -169,16 +206,14 @@ STANDALONE_METRICS_PORT: Final = 8002
 
 
 def env_override_variables() -> dict[str, str]:
-    """Every ``INFERENCE_SERVER_*`` override variable and the dotted key it sets."""
+    """Every ``REACTANTSERVER_WORKER_*`` override variable and the dotted key it sets."""
     return {variable: ".".join(path) for variable, (path, _type) in ENV_OVERRIDES.items()}
 
 
-def env_alias_variables() -> dict[str, str]:
-    """The older names kept for some worker keys (``REACTANT_META_CONCURRENCY``) and their keys.
-
-    Applied before the ``INFERENCE_SERVER_*`` variables, which win when both are set.
-    """
-    return {variable: ".".join(path) for variable, path in ALIAS_VARIABLES.items()}
+def renamed_variables() -> dict[str, str]:
+    """Every older name still accepted, one by one, and its new name (the prefix families
+    ``INFERENCE_SERVER_*`` and ``REACTANT_GATEWAY_*`` are in :data:`RENAMED_PREFIXES`)."""
+    return dict(RENAMED_VARIABLES)
 
 
 def worker_config_from_mapping(
@@ -240,14 +275,16 @@ def load_worker_config(
     - ``model_repo`` (``--model-repository DIR``, one or several): standalone; defaults,
       ``model_dirs`` = the directories and Triton's ports: REST 8000, gRPC 8001, metrics 8002.
       Exclusive with ``node_file``.
-    - otherwise a node file (``node_file``, else ``$REACTANT_NODE_FILE``, else
+    - otherwise a node file (``node_file``, else ``$REACTANTSERVER_NODE_FILE``, else
       ``/etc/reactantserver/node.yaml``) and the entry named ``worker``, else
-      ``$REACTANT_WORKER_NAME``; without a name the file must imply exactly one worker.
+      ``$REACTANTSERVER_WORKER_NAME``; without a name the file must imply exactly one worker.
 
     ``ports`` (``--http-port``, ``--grpc-port``, ``--metrics-port`` by role, see
     :func:`port_flags`) and ``flags`` apply last: a command-line value wins over the file and
-    the environment.
+    the environment. Older variable names work too, each reported once as deprecated (see
+    :func:`upgrade_env`).
     """
+    env = resolve_env(env)
     name = worker or _env_value(env, WORKER_NAME_VARIABLE)
     flags = [*flags, *_port_values(ports or {})]
     if model_repo is not None:

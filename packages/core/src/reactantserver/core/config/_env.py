@@ -1,11 +1,12 @@
 """Environment overrides of worker keys and the other worker variables.
 
-Everything here reads a ``Mapping[str, str]`` handed in by the caller, never ``os.environ``.
+The names follow the one scheme of :mod:`._variables` (``REACTANTSERVER_WORKER_<KEY_PATH>``);
+the functions here expect an environment already rewritten by its ``upgrade_env``. Everything
+here reads a ``Mapping[str, str]`` handed in by the caller, never ``os.environ``.
 """
 
 from __future__ import annotations
 
-import difflib
 import enum
 import math
 import os
@@ -19,10 +20,22 @@ import attrs
 
 from reactantserver.core.config._fields import PARSE_KEY, InvalidValue
 from reactantserver.core.config._keys import iter_leaves
-from reactantserver.core.config._structure import Origin, Problem, format_path
+from reactantserver.core.config._structure import Origin, Problem
+from reactantserver.core.config._variables import (
+    CACHE_DIR_VARIABLE,
+    NODE_FILE_VARIABLE,
+    REMOVED_VARIABLE_PREFIXES,
+    REMOVED_VARIABLES,
+    WORKER_NAME_VARIABLE,
+    WORKER_PREFIX,
+    WORKER_THREADS_VARIABLE,
+    check_not_process_variable,
+    key_variable,
+    removed_hint,
+    unknown_variables,
+)
 
 __all__ = [
-    "ALIAS_VARIABLES",
     "AUTOTUNE_CACHE_SUBDIR",
     "CACHE_DIR_VARIABLE",
     "CACHE_SUBDIR",
@@ -45,30 +58,11 @@ __all__ = [
     "scan_env",
 ]
 
-ENV_PREFIX: Final = "INFERENCE_SERVER_"
-WORKER_NAME_VARIABLE: Final = "REACTANT_WORKER_NAME"
-NODE_FILE_VARIABLE: Final = "REACTANT_NODE_FILE"
-WORKER_THREADS_VARIABLE: Final = "REACTANT_WORKER_THREADS"
-CACHE_DIR_VARIABLE: Final = "REACTANT_CACHE_DIR"
+ENV_PREFIX: Final = WORKER_PREFIX
 DEFAULT_NODE_FILE: Final = Path("/etc/reactantserver/node.yaml")
 #: Directory under ``$XDG_CACHE_HOME`` / ``~/.cache``, and under ``cache_dir`` for autotune.
 CACHE_SUBDIR: Final = "reactantserver"
 AUTOTUNE_CACHE_SUBDIR: Final = "xla-autotune"
-
-#: ReactantServer.jl names kept for meta settings (applied before ``INFERENCE_SERVER_*``).
-ALIAS_VARIABLES: Final[Mapping[str, tuple[str, ...]]] = {
-    "REACTANT_META_CONCURRENCY": ("meta", "concurrency"),
-    "REACTANT_FANOUT_BYTES": ("meta", "scratch_bytes"),
-    "REACTANT_FANOUT_SLOTS": ("meta", "scratch_slots"),
-}
-#: Removed variables and their hints; ``REMOVED_VARIABLE_PREFIXES`` match whole families.
-REMOVED_VARIABLES: Final[Mapping[str, str]] = {
-    "INFERENCE_SERVER_RUNTIME_RESIDENCY_MODE": "use model_control_mode",
-    "INFERENCE_SERVER_SCHEDULER_DISPATCH_TIMEOUT_SECONDS": "no execution watchdog exists",
-}
-REMOVED_VARIABLE_PREFIXES: Final[Mapping[str, str]] = {
-    "INFERENCE_SERVER_BATCH_POLICY_": "use scheduler.models.<m>.max_batch_size",
-}
 
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"0", "false", "no", "off"})
@@ -76,14 +70,15 @@ _LIST_SEPARATOR: Final = ":"
 
 
 def env_name(path: tuple[str, ...]) -> str:
-    """The variable overriding a key (``meta.concurrency`` → ``INFERENCE_SERVER_META_...``)."""
-    return ENV_PREFIX + "_".join(path).upper()
+    """The variable overriding a key (``meta.concurrency`` → ``REACTANTSERVER_WORKER_META_...``)."""
+    return key_variable(ENV_PREFIX, path)
 
 
 def _build_overrides() -> dict[str, tuple[tuple[str, ...], Any]]:
     table: dict[str, tuple[tuple[str, ...], Any]] = {}
     for path, leaf_type in iter_leaves():
         name = env_name(path)
+        check_not_process_variable(name, path)
         if name in table:  # a schema change made two keys share a variable
             raise RuntimeError(f"{name} names both {table[name][0]} and {path}")
         table[name] = (path, leaf_type)
@@ -184,51 +179,33 @@ def _problem(variable: str, message: str) -> Problem:
     return Problem((), message, Origin(prefix=variable))
 
 
-def _removed(variable: str) -> str | None:
-    hint = REMOVED_VARIABLES.get(variable)
-    if hint is not None:
-        return hint
-    for prefix, family_hint in REMOVED_VARIABLE_PREFIXES.items():
-        if variable.startswith(prefix):
-            return family_hint
-    return None
-
-
 def scan_env(env: Mapping[str, str]) -> EnvScan:
-    """Parse every override variable in ``env``; unknown ``INFERENCE_SERVER_*`` only warn."""
+    """Parse every override variable in ``env`` (already upgraded to the new names).
+
+    A removed variable is a problem with its hint; an unknown ``REACTANTSERVER_WORKER_*`` only
+    warns, naming the closest known variable.
+    """
     overrides: list[PendingOverride] = []
     problems: list[Problem] = []
-    warnings: list[str] = []
-    candidates = [(var, path) for var, path in ALIAS_VARIABLES.items() if var in env]
-    for variable in sorted(v for v in env if v.startswith(ENV_PREFIX)):
-        hint = _removed(variable)
+    for variable in sorted(env):
+        hint = removed_hint(variable)
         if hint is not None:
             problems.append(_problem(variable, f"removed variable; {hint}"))
-        elif variable in ENV_OVERRIDES:
-            candidates.append((variable, ENV_OVERRIDES[variable][0]))
-        else:
-            close = difflib.get_close_matches(variable, list(ENV_OVERRIDES), n=1)
-            suggestion = f" (did you mean {close[0]}?)" if close else ""
-            warnings.append(f"ignoring unknown variable {variable}{suggestion}")
     leaf_types = dict(iter_leaves())
-    for variable, path in candidates:
+    for variable in sorted(v for v in env if v in ENV_OVERRIDES):
+        path = ENV_OVERRIDES[variable][0]
         try:
             value = parse_env_value(env[variable], leaf_types[path])
         except InvalidValue as exc:
             problems.append(_problem(variable, str(exc)))
             continue
         overrides.append(PendingOverride(variable, path, value))
-    for alias, path in ALIAS_VARIABLES.items():
-        canonical = env_name(path)
-        if alias in env and canonical in env and env[alias] != env[canonical]:
-            warnings.append(
-                f"{alias} and {canonical} both set {format_path(path)}; {canonical} wins"
-            )
+    warnings = unknown_variables(env, ENV_PREFIX, ENV_OVERRIDES)
     return EnvScan(tuple(overrides), tuple(problems), tuple(warnings))
 
 
 def parse_hook_threads(env: Mapping[str, str]) -> tuple[int | None, list[Problem]]:
-    """``REACTANT_WORKER_THREADS`` as the hook-pool size (empty or unset → ``None``)."""
+    """``REACTANTSERVER_WORKER_THREADS`` as the hook-pool size (empty or unset → ``None``)."""
     raw = env.get(WORKER_THREADS_VARIABLE, "").strip()
     if not raw:
         return None, []
@@ -253,7 +230,7 @@ def _expand(path: str, env: Mapping[str, str]) -> Path:
 
 
 def resolve_cache_dir(cache_dir: str, env: Mapping[str, str]) -> Path:
-    """The cache root: ``cache_dir``, else ``$REACTANT_CACHE_DIR``, else the XDG cache path.
+    """The cache root: ``cache_dir``, else ``$REACTANTSERVER_CACHE_DIR``, else the XDG cache path.
 
     ``$XDG_CACHE_HOME`` is honoured only when absolute (as the XDG spec says); the last resort is
     ``~/.cache/reactantserver`` with ``~`` from ``env["HOME"]`` (else the password database).

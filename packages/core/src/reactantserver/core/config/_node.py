@@ -3,7 +3,8 @@
 Worker-key blocks (``global`` and each worker entry) are kept as written and key-checked here;
 turning them into one :class:`WorkerConfig` per worker is ``_config_resolve``'s job. The
 supervisor keys are parsed into typed values, but their environment variables and command-line
-flags (``REACTANT_GPUS``, ``--role``, ...) are the supervisor's to apply, since flags come first.
+flags (``REACTANTSERVER_NODE_GPUS``, ``--role``, ...) are the supervisor's to apply, since
+flags come first.
 """
 
 from __future__ import annotations
@@ -229,7 +230,8 @@ class NodeConfig:
     gpus: GpuSpec = attrs.field(default=AUTO_GPUS, metadata={HAND_PARSED_KEY: True})
     """Devices the node uses: ``auto`` (``CUDA_VISIBLE_DEVICES``, else every device NVML
     finds; a CPU node runs ``cpu_workers``), a count N (devices 0 to N-1; on a CPU node, N CPU
-    workers), or a list of ordinals or UUIDs. ``REACTANT_GPUS`` and ``--gpus`` override it."""
+    workers), or a list of ordinals or UUIDs. ``REACTANTSERVER_NODE_GPUS`` and ``--gpus``
+    override it."""
     cpu_workers: int = setting(1, check=between(1))
     """Number of workers synthesized on a CPU node when ``gpus`` is ``auto``, or on a CUDA
     node that finds no device and falls back to the CPU (>= 1). Unused with a ``workers``
@@ -237,7 +239,7 @@ class NodeConfig:
     role: Role = Role.ALL
     """What this supervisor runs: ``all`` (the workers, plus the gateway when there are two
     or more), ``workers`` (only the workers, on their own ports) or ``gateway`` (only the
-    gateway). ``REACTANT_ROLE`` and ``--role`` override it."""
+    gateway). ``REACTANTSERVER_NODE_ROLE`` and ``--role`` override it."""
     listen: ListenConfig = ListenConfig()
     gateway: Mapping[str, Any] = _hand_parsed(factory=dict)
     """Settings of the embedded gateway, as in a gateway file, without ``listen``,

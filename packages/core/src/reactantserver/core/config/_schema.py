@@ -430,7 +430,7 @@ class WorkerConfig:
 
     cache_dir: str = setting("")
     """Root of the persistent caches (compiled executables, autotune results). Empty:
-    ``$REACTANT_CACHE_DIR``, else ``$XDG_CACHE_HOME/reactantserver``, else
+    ``$REACTANTSERVER_CACHE_DIR``, else ``$XDG_CACHE_HOME/reactantserver``, else
     ``~/.cache/reactantserver``. Keep it writable only by the server's user."""
     model_dirs: tuple[str, ...] = attrs.field(default=(), converter=_paths)
     """Model repository folders, each holding one bundle directory per model; each must
@@ -457,7 +457,7 @@ class WorkerConfig:
     logging: LoggingConfig = LoggingConfig()
     #: The node-file entry this worker serves (``None`` standalone or embedded).
     worker_name: str | None = env_only(None)
-    #: ``REACTANT_WORKER_THREADS``: hook-pool size; ``None`` = ``min(cpu_count, 16)``.
+    #: ``REACTANTSERVER_WORKER_THREADS``: hook-pool size; ``None`` = ``min(cpu_count, 16)``.
     hook_threads: int | None = env_only(None)
     #: The environment overrides applied, in order (not part of equality).
     env_overrides: tuple[EnvOverride, ...] = env_only((), eq=False)

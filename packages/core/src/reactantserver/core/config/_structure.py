@@ -71,7 +71,7 @@ class Origin:
     """Where a value came from, for error messages.
 
     ``prefix`` is the key path of the block that held it in the node file (``global``,
-    ``workers[1]``); ``note`` is appended, e.g. ``from INFERENCE_SERVER_RUNTIME_MEM_FRACTION``.
+    ``workers[1]``); ``note`` is appended, e.g. ``from REACTANTSERVER_WORKER_RUNTIME_MEM_FRACTION``.
     """
 
     prefix: str = ""

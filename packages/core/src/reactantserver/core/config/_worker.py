@@ -50,6 +50,7 @@ from reactantserver.core.config._structure import (
     raise_problems,
     structure,
 )
+from reactantserver.core.config._variables import upgrade_env
 
 __all__ = [
     "CONVERTER",
@@ -59,6 +60,7 @@ __all__ = [
     "cross_field_problems",
     "finish_worker_config",
     "merge_layers",
+    "resolve_env",
     "set_path",
     "top_level_mapping",
 ]
@@ -176,6 +178,16 @@ def cross_field_problems(config: WorkerConfig) -> list[Problem]:
     return problems
 
 
+def resolve_env(env: Mapping[str, str], *, quiet: bool = False) -> Mapping[str, str]:
+    """``env`` with the older variable names replaced by the new ones; unless ``quiet``, one
+    warning per older name found, on the log that reports the overrides."""
+    upgrade = upgrade_env(env)
+    if not quiet:
+        for message in upgrade.messages:
+            logger.warning("config: %s", message)
+    return upgrade.env
+
+
 def _apply_env(
     raw: RawConfig, origins: Origins, env: Mapping[str, str], *, quiet: bool
 ) -> tuple[list[EnvOverride], list[Problem]]:
@@ -221,8 +233,10 @@ def finish_worker_config(
     """Apply env overrides, then command-line ``flags``, to merged ``raw``; structure it, check
     it and resolve cache paths.
 
-    ``quiet`` suppresses logging (used when a supervisor only validates its workers).
+    ``quiet`` suppresses logging (used when a supervisor only validates its workers). Older
+    variable names are accepted (see :func:`resolve_env`).
     """
+    env = resolve_env(env, quiet=quiet)
     applied, problems = _apply_env(raw, origins, env, quiet=quiet)
     for flag in flags:
         set_path(raw, flag.path, flag.value)

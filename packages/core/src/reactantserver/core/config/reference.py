@@ -60,7 +60,7 @@ def _leaf_paths(cls: type, prefix: tuple[str, ...]) -> Iterator[tuple[str, ...]]
 
 
 def worker_variable(path: tuple[str, ...]) -> str:
-    """The ``INFERENCE_SERVER_*`` variable of a worker key (every worker key has one)."""
+    """The ``REACTANTSERVER_WORKER_*`` variable of a worker key (every worker key has one)."""
     return env_name(path)
 
 

@@ -32,10 +32,10 @@ from reactantserver.core.config import (
     config_error,
     load_yaml_file,
     structure_file,
+    upgrade_env,
 )
 from reactantserver.core.config.rules import format_path
 from reactantserver.gateway.config._env import (
-    ALIAS_VARIABLES,
     ENV_KEYS,
     ENV_PREFIX,
     FILE_VARIABLE,
@@ -96,29 +96,29 @@ __all__ = [
 
 logger = logging.getLogger("reactantserver.gateway.config")
 
-#: Read when neither ``--config`` nor ``REACTANT_GATEWAY_FILE`` names a file, if it exists.
+#: Read when neither ``--config`` nor ``REACTANTSERVER_GATEWAY_FILE`` names a file, if it exists.
 DEFAULT_GATEWAY_FILE: Final = Path("/etc/reactantserver/gateway.yml")
 #: How ``gateway_config_to_dict`` writes an unbounded ``startup_wait_seconds``.
 _FOREVER: Final = "forever"
 
 
 def gateway_env_variables() -> dict[str, str]:
-    """Every ``REACTANT_GATEWAY_*`` override variable and the dotted key it sets."""
+    """Every ``REACTANTSERVER_GATEWAY_*`` override variable and the dotted key it sets."""
     table = {variable: ".".join(path) for variable, (path, _field) in ENV_KEYS.items()}
     table.update({variable: ".".join(path) for variable, path in LIST_VARIABLES.items()})
-    table.update({variable: ".".join(path) for variable, path in ALIAS_VARIABLES.items()})
     return dict(sorted(table.items()))
 
 
 def resolve_gateway_file(path: Path | None, env: Mapping[str, str]) -> Path | None:
-    """The file to read: ``path``, else ``$REACTANT_GATEWAY_FILE``, else the default if present.
+    """The file to read: ``path``, else ``$REACTANTSERVER_GATEWAY_FILE`` (or its older name),
+    else the default if present.
 
     ``None`` means defaults + env only. A file named by ``path`` or the variable must exist
     (reading it raises :class:`ConfigError` otherwise).
     """
     if path is not None:
         return path
-    named = env.get(FILE_VARIABLE, "").strip()
+    named = upgrade_env(env).env.get(FILE_VARIABLE, "").strip()
     if named:
         return Path(named)
     return DEFAULT_GATEWAY_FILE if DEFAULT_GATEWAY_FILE.is_file() else None
@@ -141,7 +141,9 @@ def gateway_config_from_mapping(
     """A gateway configuration from a file's top-level mapping (``None`` = empty) and ``env``.
 
     Environment overrides win over the file; unknown keys anywhere are errors, unknown
-    ``REACTANT_GATEWAY_*`` variables are ignored. ``source`` only names the file in errors.
+    ``REACTANTSERVER_GATEWAY_*`` variables are ignored with a warning, and each older variable
+    name found (``REACTANT_GATEWAY_*``) works with a deprecation warning naming the new one.
+    ``source`` only names the file in errors.
     """
     return _build(data, env, source)
 
@@ -150,7 +152,12 @@ def _build(data: object, env: Mapping[str, str], source: Path | None) -> Gateway
     if data is not None and not isinstance(data, Mapping):
         problem = Problem((), f"expected a mapping of gateway keys, got {type(data).__name__}")
         raise config_error([problem], source=source)
-    overrides, problems = scan_env(env)
+    upgrade = upgrade_env(env)
+    for message in upgrade.messages:
+        logger.warning("config: %s", message)
+    overrides, problems, warnings = scan_env(upgrade.env)
+    for warning in warnings:
+        logger.warning("config: %s", warning)
     config, found, origins = structure_file(GatewayConfig, data or {}, overrides, rules=_KEY_RULES)
     problems += found
     if problems:

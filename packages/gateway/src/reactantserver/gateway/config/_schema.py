@@ -410,7 +410,7 @@ class GatewayConfig:
         check=non_empty,
         each=_WORKER_ADDRESS,
         converter=_unique_in_order,
-        required_hint="list the workers' host:port (or set REACTANT_GATEWAY_WORKERS)",
+        required_hint="list the workers' host:port (or set REACTANTSERVER_GATEWAY_WORKERS)",
     )
     """The workers' gRPC addresses, ``host:port``; required and non-empty. Duplicates are
     dropped, order is kept. The list is fixed for the gateway's life."""
