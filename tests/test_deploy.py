@@ -250,7 +250,9 @@ def test_baked_node_files_load_with_core(dockerfile: str, tmp_path: Path) -> Non
 @pytest.mark.parametrize("dockerfile", sorted(IMAGES))
 def test_baked_node_files_materialize(dockerfile: str) -> None:
     # The real CLI on the baked file; no device is visible, so the CUDA file falls back to CPU.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("REACTANT_", "INFERENCE_"))}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("REACTANT", "INFERENCE_SERVER_"))
+    }
     env["CUDA_VISIBLE_DEVICES"] = ""
     command = [sys.executable, "-m", "reactantserver.node", "materialize", "--node-file"]
     done = subprocess.run(
@@ -490,7 +492,7 @@ ALL_OPTIONS: dict[str, Any] = {
         "listen": {name: f"0.0.0.0:{port}" for name, port in PORTS.items()},
         "global": {"runtime": {"backend": "cuda"}, "logging": {"format": "json"}},
     },
-    "env": [{"name": "REACTANT_WORKER_THREADS", "value": "4"}],
+    "env": [{"name": "REACTANTSERVER_WORKER_THREADS", "value": "4"}],
     "podAnnotations": {"example.com/team": "inference"},
     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
     "nodeSelector": {"nvidia.com/gpu.present": "true"},
@@ -558,7 +560,7 @@ def test_chart_options_reach_the_objects(tmp_path: Path) -> None:
     assert volumes["cache"] == {"name": "cache", "emptyDir": {}}
     # The node file: a ConfigMap, mounted, named by the variable the node reads, loadable.
     env = {variable["name"]: variable["value"] for variable in container["env"]}
-    assert env["REACTANT_WORKER_THREADS"] == "4"
+    assert env["REACTANTSERVER_WORKER_THREADS"] == "4"
     node_path = Path(env[NODE_FILE_VARIABLE])
     (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == str(node_path.parent)]
     config_map = rendered["ConfigMap"]

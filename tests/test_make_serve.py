@@ -131,7 +131,7 @@ def test_make_serve_from_a_fresh_clone(tmp_path: Path) -> None:
         text = log.read_text(errors="replace")
         assert f"localhost:{grpc_port}" in text or f"127.0.0.1:{grpc_port}" in text
         assert "tritonclient.grpc" in text
-        assert f"http://localhost:{rest_port}/v2" in text
+        assert f"http://127.0.0.1:{rest_port}/v2" in text
         with httpclient.InferenceServerClient(f"127.0.0.1:{rest_port}") as rest:
             assert rest.is_server_ready()
 
