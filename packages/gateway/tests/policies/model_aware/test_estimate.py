@@ -469,3 +469,45 @@ def test_knob_defaults_and_validation() -> None:
     knobs = ModelAwareKnobs(network_seconds=source)
     source["w"] = 9.0
     assert knobs.network_seconds["w"] == 0.1  # copied, read-only
+
+
+def test_a_queue_of_the_same_model_counts_as_the_batches_it_coalesces_into() -> None:
+    router = ModelAwareRouter(ModelAwareKnobs())
+    warm(router, "warm", "m")
+    n = 15  # one execution each: Q = 1.5 s > L; batched 8 at a time: 2 executions, 0.2 s
+    for _ in range(n):
+        router.route("m", ["warm"], weight_nbytes=8 * GB, cost_per_item=T_I, max_batch=8)
+    assert router.queue_ns("warm", "m") == round(n * T_I * GB)
+    assert router.queue_ns("warm", "m", max_batch=8) == round(2 * T_I * GB)
+    # Another model's request waits for all of them.
+    assert router.queue_ns("warm", "other", max_batch=8) == round(n * T_I * GB)
+    route = router.route(
+        "m", ["cold", "warm"], weight_nbytes=8 * GB, cost_per_item=T_I, max_batch=8
+    )
+    assert route is not None
+    assert route.order == ("warm", "cold")
+    assert route.estimates[0].seconds == pytest.approx(3 * T_I)
+    # Without the batch size the thesis's per-request count goes cold, as before.
+    fresh = ModelAwareRouter(ModelAwareKnobs())
+    warm(fresh, "warm", "m")
+    backlog(fresh, "warm", "m", n)
+    cold = fresh.route("m", ["cold", "warm"], weight_nbytes=8 * GB, cost_per_item=T_I)
+    assert cold is not None
+    assert cold.order[0] == "cold"
+
+
+def test_a_shared_cold_load_counts_once_and_the_queues_empty_exactly() -> None:
+    router = ModelAwareRouter(ModelAwareKnobs())
+    routes = [
+        router.route("m", ["w"], weight_nbytes=8 * GB, cost_per_item=T_I, max_batch=4)
+        for _ in range(6)
+    ]
+    assert [r.placement for r in routes if r is not None] == ["cold"] + ["resident"] * 5
+    # One load, then 6 requests in 2 batches of 4.
+    expected = round(L_8GB * GB) + 2 * round(T_I * GB)
+    assert router.queue_ns("w", "m", max_batch=4) == expected
+    for route in routes:
+        assert route is not None
+        router.release(route.reservation)
+    assert router.queue_ns("w", "m", max_batch=4) == 0
+    assert router.inflight_seconds("w") == 0
