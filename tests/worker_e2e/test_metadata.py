@@ -25,6 +25,7 @@ EXTENSIONS = [
     "model_configuration",
     "statistics",
     "parameters",
+    "trace",
 ]
 
 
@@ -197,14 +198,21 @@ def test_log_settings_read_and_change_the_workers_logging(client: Any) -> None:
     assert settings(client.get_log_settings()) == before
 
 
-def test_cuda_shared_memory_and_trace_are_unimplemented(client: Any) -> None:
+def test_cuda_shared_memory_is_unimplemented(client: Any) -> None:
     calls: list[tuple[Any, tuple[Any, ...]]] = [
         (client.get_cuda_shared_memory_status, ()),
         (client.register_cuda_shared_memory, ("cuda0", b"\0" * 64, 0, 64)),
         (client.unregister_cuda_shared_memory, ()),
-        (client.get_trace_settings, ()),
-        (client.update_trace_settings, ("mlp", {"trace_level": ["TIMESTAMPS"]})),
     ]
     for call, args in calls:
         error = _error(call, *args)
         assert status_of(error) == "UNIMPLEMENTED", (call.__name__, error)
+
+
+def test_trace_settings_of_a_worker_without_tracing(client: Any) -> None:
+    # tracing.mode is off: the settings read as Triton's with the level OFF, and stay so.
+    settings = client.get_trace_settings(as_json=True)["settings"]
+    assert settings["trace_level"]["value"] == ["OFF"]
+    assert settings["trace_mode"]["value"] == ["opentelemetry"]
+    error = _error(client.update_trace_settings, "mlp", {"trace_level": ["TIMESTAMPS"]})
+    assert status_of(error) == "FAILED_PRECONDITION", error

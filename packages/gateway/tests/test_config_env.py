@@ -207,7 +207,7 @@ def test_env_ignores_unknown_and_empty_variables_and_has_no_map_keys() -> None:
     )
     assert "REACTANTSERVER_GATEWAY_FILE" not in variables
     assert not [v for v in variables.values() if "models" in v or "network_seconds" in v]
-    assert len(variables) == 44
+    assert len(variables) == 51
 
 
 def test_env_errors_name_the_variable() -> None:

@@ -54,7 +54,7 @@ def test_every_leaf_has_one_unique_variable() -> None:
     assert env_override_variables() == {
         name: ".".join(path) for name, path in zip(names, paths, strict=True)
     }
-    assert len(names) == 61
+    assert len(names) == 68
 
 
 def test_spec_example_name() -> None:

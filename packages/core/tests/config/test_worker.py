@@ -22,6 +22,9 @@ from reactantserver.core.config import (
     RuntimeConfig,
     SchedulerConfig,
     SchedulingDiscipline,
+    TraceExporter,
+    TraceLevel,
+    TraceMode,
     WorkerConfig,
     worker_config_from_mapping,
     worker_config_to_dict,
@@ -122,6 +125,13 @@ SPEC_DEFAULTS: list[tuple[str, object]] = [
     ("grpc.max_connection_age_seconds", 0.0),
     ("logging.level", LogLevel.INFO),
     ("logging.format", LogFormat.TEXT),
+    ("tracing.mode", TraceMode.OFF),
+    ("tracing.level", TraceLevel.TIMESTAMPS),
+    ("tracing.rate", 1.0),
+    ("tracing.count", -1),
+    ("tracing.exporter", TraceExporter.OTLP),
+    ("tracing.endpoint", ""),
+    ("tracing.service_name", ""),
 ]
 
 
@@ -212,6 +222,9 @@ REJECTED: list[tuple[str, object]] = [
     ("logging.level", "verbose"),
     ("logging.level", "INFO"),
     ("logging.format", "xml"),
+    ("tracing.mode", "jaeger"),
+    ("tracing.rate", 1.5),
+    ("tracing.count", -2),
 ]
 
 

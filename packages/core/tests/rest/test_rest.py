@@ -7,7 +7,7 @@ import base64
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -39,7 +39,13 @@ class CannedBackend:
         self.answers = dict(answers)
         self.calls: list[tuple[str, Message, float | None]] = []
 
-    async def call(self, method: str, request: Message, time_remaining: float | None) -> Message:
+    async def call(
+        self,
+        method: str,
+        request: Message,
+        time_remaining: float | None,
+        headers: Iterable[tuple[str, str]] = (),
+    ) -> Message:
         self.calls.append((method, request, time_remaining))
         answer = self.answers.get(method)
         if answer is None:
@@ -563,3 +569,25 @@ def test_context_adapter_counts_down_and_aborts_with_the_status() -> None:
         assert (caught.value.code, caught.value.message) == (grpc.StatusCode.NOT_FOUND, "gone")
 
     asyncio.run(main())
+
+
+def test_context_adapter_hands_the_headers_over_as_metadata() -> None:
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    backend = CannedBackend({"ServerLive": pb.ServerLiveResponse(live=True)})
+    seen: list[tuple[tuple[str, str], ...]] = []
+
+    async def call_with_headers(
+        method: str,
+        request: Message,
+        time_remaining: float | None,
+        headers: Iterable[tuple[str, str]] = (),
+    ) -> Message:
+        seen.append(RestContext(time_remaining, headers).invocation_metadata())
+        return pb.ServerLiveResponse(live=True)
+
+    backend.call = call_with_headers  # type: ignore[method-assign]
+    answer = asyncio.run(
+        handle_rest("GET", "/v2/health/live", {"TraceParent": parent}, b"", backend)
+    )
+    assert answer.status == 200
+    assert seen == [(("traceparent", parent),)]

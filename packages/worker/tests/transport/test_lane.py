@@ -15,7 +15,7 @@ import socket
 import stat
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +23,11 @@ import grpc
 import pytest
 import uvloop
 
+from reactantserver.core.config import TracingConfig
 from reactantserver.core.errors import InvalidArgumentError, ModelNotFoundError
-from reactantserver.core.lane import RESPONSE_HEADER, Kind, request_frame
+from reactantserver.core.lane import RESPONSE_HEADER, Kind, request_frame, traced_body
 from reactantserver.core.protocol import grpc_service_pb2 as pb
+from reactantserver.core.tracing import Tracing
 from reactantserver.worker.transport.lane import LaneServer
 
 WAIT_S = 2.0
@@ -38,6 +40,19 @@ class Serving:
         self.remaining: dict[str, float | None] = {}
         self.started: list[str] = []
         self.cancelled: list[str] = []
+        self.tracing = Tracing(TracingConfig(), service="test")
+        #: ``(request id, trace context, transport)`` of each call served traced.
+        self.traced: list[tuple[str, tuple[tuple[str, Any], ...], str]] = []
+
+    async def serve_traced(
+        self,
+        request: pb.ModelInferRequest,
+        time_remaining: float | None,
+        metadata: Iterable[tuple[str, Any]],
+        transport: str,
+    ) -> pb.ModelInferResponse:
+        self.traced.append((request.id, tuple(metadata), transport))
+        return await self.serve(request, time_remaining)
 
     async def serve(
         self, request: pb.ModelInferRequest, time_remaining: float | None
@@ -441,5 +456,30 @@ def test_stale_lane_directories_are_swept_and_live_ones_kept(
         finally:
             await live.close()
             await second.close()
+
+    run(main)
+
+
+def test_traced_frames_hand_their_context_to_the_service_while_tracing() -> None:
+    parent = (("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),)
+
+    async def main() -> None:
+        service = Serving()
+        async with serving(service) as lane:
+            peer = await Peer.connect(lane)
+            body = pb.ModelInferRequest(model_name="echo", id="off").SerializeToString()
+            await peer.send(request_frame(1, Kind.TRACED_INFER, traced_body(parent, body), 2.5))
+            call_id, status, answer = await peer.answer()
+            assert (call_id, status) == (1, 0)
+            assert pb.ModelInferResponse.FromString(answer).id == "off"
+            assert service.traced == []  # tracing is off: the context is dropped
+            service.tracing.active = True
+            body = pb.ModelInferRequest(model_name="echo", id="on").SerializeToString()
+            await peer.send(request_frame(2, Kind.TRACED_INFER, traced_body(parent, body), 2.5))
+            assert (await peer.answer())[:2] == (2, 0)
+            await peer.send(infer(3, "echo", "plain"))
+            assert (await peer.answer())[:2] == (3, 0)
+            await peer.close()
+        assert service.traced == [("on", parent, "lane"), ("plain", (), "lane")]
 
     run(main)

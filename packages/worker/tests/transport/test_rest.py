@@ -246,7 +246,7 @@ def test_backend_runs_the_grpc_handlers_and_refuses_streaming(served: Served) ->
     async def check() -> None:
         ready = await backend.call("ModelReady", pb.ModelReadyRequest(name=MODEL), None)
         assert ready == pb.ModelReadyResponse(ready=True)
-        for method in ("ModelStreamInfer", "NoSuchMethod", "TraceSetting"):
+        for method in ("ModelStreamInfer", "NoSuchMethod", "CudaSharedMemoryStatus"):
             with pytest.raises(RestCallError) as caught:
                 await backend.call(method, pb.ServerLiveRequest(), None)
             assert caught.value.code == grpc.StatusCode.UNIMPLEMENTED, method

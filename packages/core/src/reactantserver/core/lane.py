@@ -15,7 +15,10 @@ Frames, little-endian, many calls in flight on one connection::
     response: u32 body length | u32 call id | u8 gRPC status code                        | body
 
 ``INFER`` bodies are ``ModelInferRequest`` bytes, answered with ``ModelInferResponse`` bytes
-(status 0) or a UTF-8 message (any other status). ``CANCEL`` withdraws call ``id`` (no body,
+(status 0) or a UTF-8 message (any other status). ``TRACED_INFER`` is an ``INFER`` that carries
+the W3C trace context of the gateway's span before the request bytes
+(``u16 length | traceparent, then a newline and tracestate if any | ModelInferRequest``;
+:func:`traced_body`, :func:`split_traced`). ``CANCEL`` withdraws call ``id`` (no body,
 no answer). ``HELLO`` carries the token and is answered with status 0 and an empty body, or
 the connection is closed::
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 import enum
 import math
 import struct
+from collections.abc import Sequence
 from typing import Final
 
 __all__ = [
@@ -42,6 +46,8 @@ __all__ = [
     "parse_advert",
     "request_frame",
     "response_frame",
+    "split_traced",
+    "traced_body",
 ]
 
 #: Initial-metadata key of a worker's ``ServerReady`` answer that names its lane.
@@ -49,6 +55,8 @@ ADVERT_METADATA_KEY: Final = "reactant-lane"
 REQUEST_HEADER: Final = struct.Struct("<IIBd")
 RESPONSE_HEADER: Final = struct.Struct("<IIB")
 _MAX_ID: Final = 0xFFFFFFFF
+_CONTEXT_LENGTH: Final = struct.Struct("<H")
+_TRACE_KEYS: Final = ("traceparent", "tracestate")
 
 
 class Kind(enum.IntEnum):
@@ -57,6 +65,7 @@ class Kind(enum.IntEnum):
     INFER = 0
     CANCEL = 1
     HELLO = 2
+    TRACED_INFER = 3
 
 
 class Advert(str):
@@ -101,6 +110,31 @@ def request_frame(
     """One request frame (``timeout`` in seconds; ``None`` for none)."""
     seconds = math.nan if timeout is None else timeout
     return REQUEST_HEADER.pack(len(body), call_id & _MAX_ID, kind, seconds) + body
+
+
+def traced_body(headers: Sequence[tuple[str, str]], body: bytes) -> bytes:
+    """The body of a ``TRACED_INFER`` frame: ``headers``' trace context, then ``body``."""
+    values = dict(headers)
+    context = values.get("traceparent", "")
+    if values.get("tracestate"):
+        context += "\n" + values["tracestate"]
+    encoded = context.encode("ascii", "replace")[:0xFFFF]
+    return _CONTEXT_LENGTH.pack(len(encoded)) + encoded + body
+
+
+def split_traced(body: bytes) -> tuple[tuple[tuple[str, str], ...], bytes]:
+    """A ``TRACED_INFER`` body's trace context (metadata pairs) and its request bytes.
+
+    A body too short for its own length prefix reads as no context and no request.
+    """
+    if len(body) < _CONTEXT_LENGTH.size:
+        return (), b""
+    (length,) = _CONTEXT_LENGTH.unpack_from(body)
+    start = _CONTEXT_LENGTH.size
+    context = body[start : start + length].decode("ascii", "replace")
+    values = context.split("\n", 1)
+    pairs = tuple((key, value) for key, value in zip(_TRACE_KEYS, values, strict=False) if value)
+    return pairs, body[start + length :]
 
 
 def response_frame(call_id: int, code: int, body: bytes) -> bytes:

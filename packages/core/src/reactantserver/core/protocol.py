@@ -68,6 +68,7 @@ SERVER_EXTENSIONS = (
     "model_configuration",
     "statistics",
     "parameters",
+    "trace",
 )
 
 #: Public (Triton) name of the inference service; clients address it by this name.

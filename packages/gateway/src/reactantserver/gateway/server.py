@@ -29,6 +29,7 @@ from reactantserver.core.serving import (
     enable_reflection,
     front_tls,
 )
+from reactantserver.core.tracing import Tracing
 from reactantserver.gateway.config import GatewayConfig
 from reactantserver.gateway.policies.modes import make_policy, wait_for_preconditions
 from reactantserver.gateway.policies.policy import Policy
@@ -91,6 +92,8 @@ class GatewayServer:
             on_wedged=self.wedged.set,
             on_round=self._after_round,
         )
+        #: Request tracing (``tracing.*``); the proxy traces ``ModelInfer`` calls with it.
+        self.tracing = Tracing(config.tracing, service="reactantserver-gateway")
         if hasattr(self.policy, "wake"):
             self.policy.wake = self.discovery.wake  # operator repacks wake the prober
         self.proxy = Proxy(
@@ -102,6 +105,7 @@ class GatewayServer:
                 request_timeout_seconds=config.worker_client.request_timeout_seconds,
                 inbound_cap=config.inbound_cap,
             ),
+            tracing=self.tracing,
         )
         self.service = GatewayService(
             self.links,
@@ -217,6 +221,7 @@ class GatewayServer:
         for runner in self._runners:
             await runner.cleanup()
         await asyncio.gather(*(link.close() for link in self.links))
+        self.tracing.shutdown()  # flush the spans still batched for the exporter
         _log.info("shutdown: done")
 
 

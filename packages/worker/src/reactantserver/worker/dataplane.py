@@ -33,6 +33,7 @@ from reactantserver.worker.hooks import run_in_pool, run_postprocess, run_prepro
 from reactantserver.worker.meta import MetaRunner
 from reactantserver.worker.registry import NOT_RESIDENT_REASON, ModelEntry, ModelRegistry
 from reactantserver.worker.scheduler.limits import InflightLimiter
+from reactantserver.worker.scheduler.queue import TraceMarks
 from reactantserver.worker.scheduler.scheduler import Scheduler
 from reactantserver.worker.validation import order_tensors
 
@@ -86,13 +87,14 @@ class DataPlane:
             counts = self._stats.get(name)
             return attrs.evolve(counts) if counts is not None else RequestStats()
 
-    async def infer(self, request: InferRequest) -> InferResponse:
+    async def infer(self, request: InferRequest, trace: TraceMarks | None = None) -> InferResponse:
         """Serve one request; raises a ``ReactantError`` subclass on any failure.
 
         The request's model is resolved here, once on the request path: ``NOT_FOUND`` for an
         unknown name or version, ``UNAVAILABLE`` for one that does not serve now. Then the
         in-flight cap is taken (``RESOURCE_EXHAUSTED`` at once when full; the transports check
-        it before decoding too, so a full worker refuses cheaply).
+        it before decoding too, so a full worker refuses cheaply). ``trace`` receives the
+        scheduler's marks of a traced request (regular models only).
         """
         name = request.model_name
         entry = self.registry.resolve(name, request.model_version)
@@ -103,13 +105,15 @@ class DataPlane:
             started = self._clock()
             ok = False
             try:
-                response = await self._infer(entry, request)
+                response = await self._infer(entry, request, trace)
                 ok = True
                 return response
             finally:
                 self._record(name, self._clock() - started, ok=ok)
 
-    async def _infer(self, entry: ModelEntry, request: InferRequest) -> InferResponse:
+    async def _infer(
+        self, entry: ModelEntry, request: InferRequest, trace: TraceMarks | None
+    ) -> InferResponse:
         manifest = entry.manifest
         if manifest is None or not entry.installed:
             raise ModelUnavailableError(f"model '{entry.name}' is not servable")
@@ -140,7 +144,11 @@ class DataPlane:
                 manifest.executable_inputs,
             )
         outputs = await self.scheduler.infer(
-            entry.name, tensors, deadline_ns=request.deadline_ns, priority=request.priority
+            entry.name,
+            tensors,
+            deadline_ns=request.deadline_ns,
+            priority=request.priority,
+            trace=trace,
         )
         named = [
             NamedTensor(spec.name, array)

@@ -310,4 +310,5 @@ class WorkerServer:
                 for name in list(runtime.weights):
                     runtime.weights.remove_model(name)
         state.shm.close()
+        state.tracing.shutdown()  # flush the spans still batched for the exporter
         _log.info("shutdown: done")

@@ -21,6 +21,7 @@ import grpc
 
 from reactantserver.core.config import ModelControlMode, WorkerConfig
 from reactantserver.core.shm import SharedMemoryRegistry
+from reactantserver.core.tracing import Tracing
 from reactantserver.core.weights import WeightStore
 from reactantserver.worker.dataplane import DataPlane
 from reactantserver.worker.meta import MetaRunner
@@ -40,6 +41,9 @@ from reactantserver.worker.runtime.weight_cache import WeightCache
 from reactantserver.worker.scheduler import InflightLimiter, Scheduler
 
 __all__ = ["ModelLoadRecord", "RequestObserver", "Runtime", "WorkerState"]
+
+#: The default ``service.name`` of the worker's spans.
+_SERVICE_NAME = "reactantserver-worker"
 
 
 RequestObserver = Callable[[str, grpc.StatusCode, float, int, int], None]
@@ -98,6 +102,8 @@ class WorkerState:
     that leaves (unload, rename) drops its series (``forget``). ``/metrics`` reads them."""
     meta_floors: dict[str, Residency] = attrs.Factory(dict)
     """The residency last set on each meta with ``SetModelResidency``."""
+    tracing: Tracing = attrs.field()
+    """Request tracing (``tracing.*``) and its live ``TraceSetting`` settings."""
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
 
     @registry.default
@@ -107,6 +113,10 @@ class WorkerState:
     @limiter.default
     def _limiter(self) -> InflightLimiter:
         return InflightLimiter(self.config.endpoints.max_concurrent_requests)
+
+    @tracing.default
+    def _tracing(self) -> Tracing:
+        return Tracing(self.config.tracing, service=_SERVICE_NAME)
 
     @requests.default
     def _requests(self) -> RequestCounters:

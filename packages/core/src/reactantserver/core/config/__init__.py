@@ -85,6 +85,12 @@ from reactantserver.core.config._schema import (
     WorkerConfig,
 )
 from reactantserver.core.config._structure import Origin, Problem, config_error, raise_problems
+from reactantserver.core.config._tracing import (
+    TraceExporter,
+    TraceLevel,
+    TraceMode,
+    TracingConfig,
+)
 from reactantserver.core.config._variables import (
     CLIENT_MAX_RECV_VARIABLE,
     CLIENT_MAX_SEND_VARIABLE,
@@ -164,6 +170,10 @@ __all__ = [
     "SchedulingDiscipline",
     "SupervisorConfig",
     "TlsConfig",
+    "TraceExporter",
+    "TraceLevel",
+    "TraceMode",
+    "TracingConfig",
     "WorkerConfig",
     "WorkerEntry",
     "add_triton_arguments",

@@ -21,6 +21,7 @@ from reactantserver.core.config._fields import (
     non_empty,
     setting,
 )
+from reactantserver.core.config._tracing import TracingConfig
 
 __all__ = [
     "Backend",
@@ -455,6 +456,7 @@ class WorkerConfig:
     endpoints: EndpointsConfig = EndpointsConfig()
     grpc: GrpcConfig = GrpcConfig()
     logging: LoggingConfig = LoggingConfig()
+    tracing: TracingConfig = attrs.field(factory=TracingConfig)
     #: The node-file entry this worker serves (``None`` standalone or embedded).
     worker_name: str | None = env_only(None)
     #: ``REACTANTSERVER_WORKER_THREADS``: hook-pool size; ``None`` = ``min(cpu_count, 16)``.

@@ -84,7 +84,9 @@ async def handle_rest(
         )
     try:
         request, render = translate(route, "GET" if head else verb, headers, body)
-        reply = await backend.call(route.endpoint.value, request, time_remaining)
+        reply = await backend.call(
+            route.endpoint.value, request, time_remaining, headers=headers.items()
+        )
         response = render(reply)
     except RestCallError as exc:
         response = _failure(exc)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, NoReturn, Protocol
 
 import attrs
@@ -70,13 +70,21 @@ class RestContext:
     """The servicer-context adapter a REST call hands to a gRPC handler.
 
     An adapter, not a mock: the handlers only ever ``await context.abort(code, details)``,
-    read ``context.time_remaining()`` and may send initial metadata; over REST an abort is a
+    read ``context.time_remaining()`` and ``context.invocation_metadata()`` (the HTTP headers,
+    for ``traceparent``) and may send initial metadata; over REST an abort is a
     :class:`RestCallError` (which ``handle_rest`` turns into the HTTP status), the budget is
     the request's own, and gRPC metadata has no REST form (it is dropped).
     """
 
-    def __init__(self, time_remaining: float | None) -> None:
+    def __init__(
+        self, time_remaining: float | None, headers: Iterable[tuple[str, str]] = ()
+    ) -> None:
         self._deadline = None if time_remaining is None else time.monotonic() + time_remaining
+        self._headers = headers
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        """The request's HTTP headers as metadata pairs (names lower-cased), read on demand."""
+        return tuple((key.lower(), value) for key, value in self._headers)
 
     def time_remaining(self) -> float | None:
         """Seconds left of the call's budget (``None``: no transport deadline)."""
@@ -97,12 +105,17 @@ class RestBackend(Protocol):
     """What a REST front calls: one unary method of the inference service by its gRPC name."""
 
     async def call(
-        self, method: str, request: Message, time_remaining: float | None
+        self,
+        method: str,
+        request: Message,
+        time_remaining: float | None,
+        headers: Iterable[tuple[str, str]] = (),
     ) -> Message:  # pragma: no cover - protocol
         """Run ``method`` (``"ModelInfer"``, ``"ServerLive"``, ...) on ``request``.
 
         Returns the response message; raises :class:`RestCallError` for a non-OK status.
-        ``time_remaining`` is the caller's budget in seconds (``None``: none).
+        ``time_remaining`` is the caller's budget in seconds (``None``: none); ``headers`` are
+        the HTTP request's, handed to the handler as its metadata (``RestContext``).
         """
         ...
 

@@ -16,7 +16,7 @@ from typing import Any, Final, Literal, TypeAlias
 
 import attrs
 
-from reactantserver.core.config import GrpcConfig, LoggingConfig, TlsConfig, setting
+from reactantserver.core.config import GrpcConfig, LoggingConfig, TlsConfig, TracingConfig, setting
 from reactantserver.core.config.rules import (
     MAX_PORT,
     Check,
@@ -425,6 +425,7 @@ class GatewayConfig:
     grpc: GatewayGrpcConfig = GatewayGrpcConfig()
     tls: TlsConfig = attrs.field(factory=TlsConfig)
     logging: LoggingConfig = attrs.field(factory=LoggingConfig)
+    tracing: TracingConfig = attrs.field(factory=TracingConfig)
     health: HealthConfig = HealthConfig()
     startup_wait_seconds: float = setting(
         0.0, check=_wait_check, parse=parse_wait_seconds, converter=_wait_converter

@@ -23,6 +23,9 @@ from typing import Any
 import attrs
 import grpc
 
+from reactantserver.core.config import TracingConfig
+from reactantserver.core.rest import RestContext
+from reactantserver.core.tracing import RequestSpan, Tracing, end_span
 from reactantserver.gateway.policies.policy import Policy
 from reactantserver.gateway.transport.wire import (
     InferHeader,
@@ -72,8 +75,12 @@ class Proxy:
         policy: Policy,
         metrics: GatewayMetrics,
         settings: ProxySettings,
+        *,
+        tracing: Tracing | None = None,
     ) -> None:
         self.links = links
+        #: Request tracing (off unless given); ``tracing.active`` is an untraced call's only cost.
+        self.tracing = tracing or Tracing(TracingConfig(), service="reactantserver-gateway")
         self.discovery = discovery
         self.policy = policy
         self.metrics = metrics
@@ -84,20 +91,43 @@ class Proxy:
     # ------------------------------------------------------------------ unary
 
     async def infer(self, body: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
-        """The unary ``ModelInfer`` handler (raw bytes in and out)."""
+        """The unary ``ModelInfer`` handler (raw bytes in and out).
+
+        While tracing is active the call gets a server span, child of the client's
+        ``traceparent``, that names the worker which answered; its context goes to that worker.
+        """
         started = time.perf_counter()
         model = ""
         code = grpc.StatusCode.OK
+        span: RequestSpan | None = None
+        detail = ""
         try:
             header = self._header(body)
             model = header.model_name
-            return await self.handle(header, body, context.time_remaining())
+            if self.tracing.active:
+                span = self._start_span(header, context)
+            return await self.handle(header, body, context.time_remaining(), span)
         except ForwardError as error:
             code = error.code
+            detail = error.details
             await context.abort(error.code, error.details)
             raise  # pragma: no cover - abort raises
         finally:
             self.metrics.observe_request("ModelInfer", model, code, time.perf_counter() - started)
+            if span is not None:
+                end_span(span, code, detail, http=isinstance(context, RestContext))
+
+    def _start_span(self, header: InferHeader, context: Any) -> RequestSpan:
+        return self.tracing.start(
+            "ModelInfer",
+            context.invocation_metadata(),
+            model=header.model_name,
+            attributes={
+                "reactant.transport": "http" if isinstance(context, RestContext) else "grpc",
+                "reactant.request_id": header.id,
+                "reactant.policy": self.policy.mode,
+            },
+        )
 
     def refusal(self) -> str | None:
         """Why a ``ModelInfer`` arriving now is refused before it is read (the front's gate),
@@ -120,9 +150,14 @@ class Proxy:
         return header
 
     async def handle(
-        self, header: InferHeader, body: bytes, grpc_time_remaining: float | None
+        self,
+        header: InferHeader,
+        body: bytes,
+        grpc_time_remaining: float | None,
+        span: RequestSpan | None = None,
     ) -> bytes:
-        """Steps 2-7 of the ModelInfer path for one decoded header."""
+        """Steps 2-7 of the ModelInfer path for one decoded header (``span``: the call's, when
+        traced)."""
         arrival = time.monotonic_ns()
         deadline = deadline_ns(header, now_ns=arrival, grpc_time_remaining=grpc_time_remaining)
         if deadline is not None and deadline <= arrival:
@@ -139,7 +174,7 @@ class Proxy:
         self.inflight += 1
         self.metrics.inflight_requests.set(self.inflight)
         try:
-            return await self._route_and_forward(header, body, deadline)
+            return await self._route_and_forward(header, body, deadline, span)
         except ForwardError as error:
             _log.info(
                 "ModelInfer model=%s id=%s: %s %s",
@@ -154,7 +189,7 @@ class Proxy:
             self.metrics.inflight_requests.set(self.inflight)
 
     async def _route_and_forward(
-        self, header: InferHeader, body: bytes, deadline: int | None
+        self, header: InferHeader, body: bytes, deadline: int | None, span: RequestSpan | None
     ) -> bytes:
         model = header.model_name
         replicas = self.discovery.replicas(model)
@@ -171,17 +206,25 @@ class Proxy:
             units = batch_units(body, *locator)
         choice = self.policy.choose(model, replicas, units)
         try:
-            return await self._forward(model, body, deadline, choice.order)
+            return await self._forward(model, body, deadline, choice.order, span)
         finally:
             choice.release()
 
     async def _forward(
-        self, model: str, body: bytes, deadline: int | None, order: tuple[str, ...]
+        self,
+        model: str,
+        body: bytes,
+        deadline: int | None,
+        order: tuple[str, ...],
+        span: RequestSpan | None,
     ) -> bytes:
         last: ForwardError | None = None
         all_not_found = True
+        trace = () if span is None else span.headers()
         for url in order:
             link = self.links[url]
+            if span is not None:
+                span.set("reactant.worker", link.label)
             await link.gate.passed()
             try:
                 async with link.slot(_remaining(deadline)):
@@ -192,7 +235,7 @@ class Proxy:
                         raise ForwardError(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
                     started = time.perf_counter()
                     try:
-                        return await link.infer(body, timeout=timeout)
+                        return await link.infer(body, timeout=timeout, trace=trace)
                     finally:
                         self.metrics.observe_worker(
                             "ModelInfer", link.label, time.perf_counter() - started
@@ -213,6 +256,8 @@ class Proxy:
                     all_not_found = False
                 last = ForwardError(code, details)
                 self.metrics.failover(model, link.label, code.name)
+                if span is not None:
+                    span.event("failover", {"worker": link.label, "status": code.name})
                 _log.warning("ModelInfer model=%s worker=%s: %s, failing over", model, url, code)
         if last is None:  # pragma: no cover - order is never empty here
             raise ForwardError(grpc.StatusCode.UNAVAILABLE, "no worker to try")

@@ -13,6 +13,7 @@ failover, the inbound cap and the request metrics are the gRPC path's own::
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 import grpc
@@ -41,7 +42,13 @@ class GatewayRestBackend:
     def __init__(self, service: GatewayService) -> None:
         self._handler = service.handler()
 
-    async def call(self, method: str, request: Message, time_remaining: float | None) -> Message:
+    async def call(
+        self,
+        method: str,
+        request: Message,
+        time_remaining: float | None,
+        headers: Iterable[tuple[str, str]] = (),
+    ) -> Message:
         """Run the gRPC handler of ``method``; a non-OK status raises :class:`RestCallError`."""
         info = INFERENCE_METHODS.get(method)
         rpc: Any = None if info is None else self._handler.service(_CallDetails(info.path))
@@ -50,7 +57,7 @@ class GatewayRestBackend:
         body = request.SerializeToString()
         argument = body if rpc.request_deserializer is None else rpc.request_deserializer(body)
         try:
-            answer = await rpc.unary_unary(argument, RestContext(time_remaining))
+            answer = await rpc.unary_unary(argument, RestContext(time_remaining, headers))
         except RestCallError:
             raise
         except Exception as exc:

@@ -39,6 +39,7 @@ from reactantserver.core.protocol import (
     SYSTEM_SHARED_MEMORY_UNREGISTER,
 )
 from reactantserver.core.protocol import grpc_service_pb2 as pb
+from reactantserver.core.tracing import answer_trace_settings
 from reactantserver.gateway.transport.merge import is_same_namespace, merge_index, merge_statistics
 from reactantserver.gateway.transport.proxy import ForwardError, Proxy
 from reactantserver.gateway.transport.wire import WireError, read_string_field
@@ -102,6 +103,7 @@ class GatewayService:
             "ModelReady": self.model_ready,
             "IsSameIPCNamespace": self.same_namespace,
             "LogSettings": self.log_settings,
+            "TraceSetting": self.trace_setting,
         }
         raw: dict[str, Callable[..., Any]] = {
             "ModelInfer": self.proxy.infer,
@@ -129,6 +131,14 @@ class GatewayService:
         """The gateway process's own log settings (each worker answers for itself)."""
         try:
             return answer_log_settings(request)
+        except ReactantError as exc:
+            await context.abort(exc.status, status_message(exc))
+            raise AssertionError("unreachable") from exc
+
+    async def trace_setting(self, request: pb.TraceSettingRequest, context: _Context) -> Message:
+        """The gateway's own trace settings (each worker answers for its own spans)."""
+        try:
+            return answer_trace_settings(self.proxy.tracing, request)
         except ReactantError as exc:
             await context.abort(exc.status, status_message(exc))
             raise AssertionError("unreachable") from exc

@@ -26,6 +26,7 @@ from reactantserver.core.lane import (
     Kind,
     oversize_message,
     request_frame,
+    traced_body,
 )
 
 __all__ = ["LaneClient", "LaneError"]
@@ -92,11 +93,16 @@ class LaneClient(asyncio.Protocol):
         """Whether calls can still be sent."""
         return not self._lost and self._transport is not None
 
-    async def call(self, body: bytes, *, timeout: float | None) -> bytes:
+    async def call(
+        self, body: bytes, *, timeout: float | None, trace: tuple[tuple[str, str], ...] = ()
+    ) -> bytes:
         """Forward one ``ModelInfer`` body; its response bytes, or :class:`LaneError`.
 
-        ``timeout`` bounds the wait here and travels with the body, as a gRPC deadline does.
+        ``timeout`` bounds the wait here and travels with the body, as a gRPC deadline does;
+        a ``trace`` context (``traceparent``, ``tracestate``) travels in a traced frame.
         """
+        if trace:
+            return await self._exchange(Kind.TRACED_INFER, traced_body(trace, body), timeout)
         return await self._exchange(Kind.INFER, body, timeout)
 
     async def _exchange(self, kind: Kind, body: bytes, timeout: float | None) -> bytes:

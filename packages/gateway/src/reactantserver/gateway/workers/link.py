@@ -183,16 +183,20 @@ class WorkerLink:
         )
         return result
 
-    async def infer(self, body: bytes, *, timeout: float | None) -> bytes:
+    async def infer(
+        self, body: bytes, *, timeout: float | None, trace: tuple[tuple[str, str], ...] = ()
+    ) -> bytes:
         """Forward a ``ModelInfer`` body: over the lane when open, else over gRPC.
 
-        Raises ``AioRpcError`` or :class:`~reactantserver.gateway.workers.lane.LaneError`; both
-        have ``code()`` and ``details()``.
+        ``trace`` is the W3C trace context (``traceparent``, ``tracestate``) to send along:
+        gRPC metadata, or the lane's traced frame. Raises ``AioRpcError`` or
+        :class:`~reactantserver.gateway.workers.lane.LaneError`; both have ``code()`` and
+        ``details()``.
         """
         lane = self.lane
         if lane is not None and lane.open:
-            return await lane.call(body, timeout=timeout)
-        return await self.call(MODEL_INFER, body, timeout=timeout)
+            return await lane.call(body, timeout=timeout, trace=trace)
+        return await self.call(MODEL_INFER, body, timeout=timeout, metadata=trace or None)
 
     async def probe_ready(self, *, timeout: float) -> tuple[pb.ServerReadyResponse, Advert | None]:
         """``ServerReady``, with the lane advert from the answer's initial metadata."""

@@ -34,6 +34,7 @@ from reactantserver.worker.scheduler.queue import (
     ModelQueue,
     Pending,
     State,
+    TraceMarks,
     resolve_all,
 )
 from reactantserver.worker.scheduler.scheduler import SHUTTING_DOWN, Scheduler
@@ -67,6 +68,7 @@ __all__ = [
     "Scheduler",
     "State",
     "StatsSnapshot",
+    "TraceMarks",
     "assemble",
     "decay",
     "fair_priority",

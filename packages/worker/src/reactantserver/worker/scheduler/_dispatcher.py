@@ -19,12 +19,25 @@ from reactantserver.worker.runtime.weight_cache import WeightCache
 from reactantserver.worker.scheduler._execute import Execution, execute
 from reactantserver.worker.scheduler._state import SchedulerState
 from reactantserver.worker.scheduler.planning import fit_batch
-from reactantserver.worker.scheduler.queue import Pending, State, resolve_all
+from reactantserver.worker.scheduler.queue import Pending, State, TraceMarks, resolve_all
 from reactantserver.worker.scheduler.stats import ModelStats
 
 __all__ = ["Dispatcher"]
 
 _log = logging.getLogger(__name__)
+
+
+def _mark(
+    request: Pending, marks: TraceMarks, batch: list[Pending], done: Execution, end_ns: int
+) -> None:
+    """A traced request's scheduler marks, from the execution's own timings."""
+    marks.enqueue_ns = request.enqueue_ns
+    marks.rows = request.rows
+    marks.start_ns = end_ns - (done.input_ns + done.infer_ns + done.output_ns)
+    marks.end_ns = end_ns
+    marks.batch = done.batch
+    marks.batch_rows = sum(r.rows for r in batch)
+    marks.requests = len(batch)
 
 
 class Dispatcher:
@@ -124,6 +137,8 @@ class Dispatcher:
             requests[0].model.arrivals.done(now, sum(r.rows for r in requests))
             for request in requests:
                 request.state = State.DONE
+                if request.trace is not None:
+                    _mark(request, request.trace, requests, done, now)
             stats = self._s.stats.get(name)
             if stats is not None:
                 self._charge_cpu_locked(stats)

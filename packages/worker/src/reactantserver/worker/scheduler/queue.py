@@ -32,6 +32,7 @@ __all__ = [
     "ModelQueue",
     "Pending",
     "State",
+    "TraceMarks",
     "resolve_all",
 ]
 
@@ -136,6 +137,29 @@ class State(enum.Enum):
     CANCELLED = "cancelled"
 
 
+@attrs.define
+class TraceMarks:
+    """Where a traced request's time went in the scheduler (``time.monotonic_ns()`` marks).
+
+    The caller hands one in with a traced request; the dispatch thread fills it when the
+    request's batch has run (before the result is delivered), from the timings it records
+    for the statistics anyway. ``end_ns`` stays 0 when the request never executed.
+    """
+
+    enqueue_ns: int = 0
+    start_ns: int = 0
+    """The batch's execution began (input assembly); the queue wait ends here."""
+    end_ns: int = 0
+    rows: int = 0
+    """Rows of this request."""
+    batch: int = 0
+    """The compiled batch size that ran."""
+    batch_rows: int = 0
+    """Rows of every request in the batch (padding excluded)."""
+    requests: int = 0
+    """Requests coalesced into the batch."""
+
+
 @attrs.define(eq=False)
 class Pending:
     """One admitted request: executable-order arrays plus everything the scheduler needs.
@@ -155,6 +179,8 @@ class Pending:
     completion: Completion
     seq: int
     state: State = State.QUEUED
+    trace: TraceMarks | None = None
+    """Filled at dispatch for a traced request (``None``: not traced)."""
 
     @property
     def sort_key(self) -> tuple[int, int, int]:

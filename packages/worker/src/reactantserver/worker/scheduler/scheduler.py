@@ -49,6 +49,7 @@ from reactantserver.worker.scheduler.queue import (
     ModelQueue,
     Pending,
     State,
+    TraceMarks,
 )
 from reactantserver.worker.scheduler.stats import ModelStats, StatsSnapshot
 
@@ -166,11 +167,13 @@ class Scheduler:
         deadline_ns: int | None = None,
         priority: int = 0,
         committed: bool = False,
+        trace: TraceMarks | None = None,
     ) -> Pending:
         """Validate against the executable specs and queue; errors are raised here.
 
         ``tensors`` are executable-level (after ``preprocess``). ``priority`` < 1 means the
-        configured default; ``committed`` marks a meta sub-call.
+        configured default; ``committed`` marks a meta sub-call; ``trace`` is filled with the
+        request's scheduler marks when its batch has run.
         """
         started = time.thread_time_ns()
         model = self._s.models.get(name)  # one dict read; checked again under the lock below
@@ -205,6 +208,7 @@ class Scheduler:
                 deadline_ns=deadline_ns,
                 completion=completion,
                 seq=self._s.seq,
+                trace=trace,
             )
             queue.push(request)
             self._s.queued += 1
@@ -226,10 +230,12 @@ class Scheduler:
         *,
         deadline_ns: int | None = None,
         priority: int = 0,
+        trace: TraceMarks | None = None,
     ) -> Outputs:
         """Queue a request from the event loop and await its outputs.
 
         Cancelling the awaiting task removes a still-queued request (never executed).
+        ``trace``: see :meth:`submit`.
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Outputs] = loop.create_future()
@@ -239,6 +245,7 @@ class Scheduler:
             completion=LoopCompletion(loop, future),
             deadline_ns=deadline_ns,
             priority=priority,
+            trace=trace,
         )
         try:
             return await future

@@ -14,7 +14,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import grpc
@@ -33,13 +33,17 @@ from reactantserver.core.lane import ADVERT_METADATA_KEY
 from reactantserver.core.log_settings import answer_log_settings
 from reactantserver.core.protocol import SERVER_EXTENSIONS, SERVER_NAME
 from reactantserver.core.protocol import grpc_service_pb2 as pb
+from reactantserver.core.rest import RestContext
+from reactantserver.core.tracing import RequestSpan, answer_trace_settings
 from reactantserver.core.types import InferRequest
 from reactantserver.worker.dataplane import RequestStats
 from reactantserver.worker.registry import ModelEntry, ModelState
 from reactantserver.worker.repository import groups
 from reactantserver.worker.repository.watcher import RepositoryControl
+from reactantserver.worker.scheduler.queue import TraceMarks
 from reactantserver.worker.state import Runtime, WorkerState
 from reactantserver.worker.transport.stream import stream_infer
+from reactantserver.worker.transport.tracing import finish_request_span
 from reactantserver.worker.views import model_info
 
 __all__ = ["InferenceService"]
@@ -84,6 +88,8 @@ class InferenceService:
         repository: Callable[[], RepositoryControl | None] = lambda: None,
     ) -> None:
         self.state = state
+        #: Request tracing; ``tracing.active`` is the one test an untraced request pays.
+        self.tracing = state.tracing
         #: The repository's lifecycle once start-up is done (``RepositoryModelLoad``/``Unload``).
         self._repository = repository
         #: The forwarding lane's advert, sent with ``ServerReady`` (None: no lane).
@@ -95,7 +101,6 @@ class InferenceService:
             "CudaSharedMemoryStatus": "CUDA shared memory is not supported",
             "CudaSharedMemoryRegister": "CUDA shared memory is not supported",
             "CudaSharedMemoryUnregister": "CUDA shared memory is not supported",
-            "TraceSetting": "trace settings are not supported",
         }
         handlers: dict[str, Handler] = {
             "ServerLive": self.server_live,
@@ -108,6 +113,7 @@ class InferenceService:
             "ModelInfer": self.model_infer,
             "ModelStreamInfer": self.model_stream_infer,
             "LogSettings": self.log_settings,
+            "TraceSetting": self.trace_setting,
             "RepositoryIndex": self.repository_index,
             "RepositoryModelLoad": self.repository_control,
             "RepositoryModelUnload": self.repository_control,
@@ -324,23 +330,57 @@ class InferenceService:
     ) -> pb.ModelInferResponse:
         """One inference request; any failure becomes its status here."""
         try:
+            if self.tracing.active:
+                transport = "http" if isinstance(context, RestContext) else "grpc"
+                return await self.serve_traced(
+                    request, context.time_remaining(), context.invocation_metadata(), transport
+                )
             return await self.serve(request, context.time_remaining())
         except ReactantError as exc:
             await _abort(context, exc)
             raise AssertionError("unreachable") from exc
 
+    async def serve_traced(
+        self,
+        message: pb.ModelInferRequest,
+        time_remaining: float | None,
+        metadata: Iterable[tuple[str, Any]],
+        transport: str,
+    ) -> pb.ModelInferResponse:
+        """:meth:`serve` under a server span, child of the ``traceparent`` in ``metadata``
+        (call it while ``tracing.active``; an unsampled request is served untraced)."""
+        span = self.tracing.start(
+            "ModelInfer",
+            metadata,
+            model=message.model_name,
+            attributes={"reactant.transport": transport, "reactant.request_id": message.id},
+        )
+        return await self.serve(
+            message, time_remaining, span if span.recording else None, http=transport == "http"
+        )
+
     async def serve(
-        self, message: pb.ModelInferRequest, time_remaining: float | None
+        self,
+        message: pb.ModelInferRequest,
+        time_remaining: float | None,
+        span: RequestSpan | None = None,
+        *,
+        http: bool = False,
     ) -> pb.ModelInferResponse:
         """Decode, infer, encode; counts the request once with its final status.
 
         The metrics get the handler's wall time and the event-loop thread's CPU in decoding
-        and encoding (``reactantserver_worker_stage_cpu_seconds_total``).
+        and encoding (``reactantserver_worker_stage_cpu_seconds_total``). With a ``span``, the
+        request's phases and outcome are recorded under it and it is ended here (``http``:
+        the request came over REST).
         """
         started = time.perf_counter()
         code = grpc.StatusCode.OK
         decode_ns = encode_ns = 0
         request: InferRequest | None = None
+        marks = None if span is None else TraceMarks()
+        respond: tuple[int, int] | None = None
+        detail = ""
         try:
             runtime = self._serving_runtime(message.model_name)
             runtime.dataplane.limiter.check()  # a full worker refuses before decoding
@@ -352,22 +392,28 @@ class InferenceService:
                 grpc_time_remaining=time_remaining,
             )
             decode_ns = time.thread_time_ns() - clock
-            response = await runtime.dataplane.infer(request)
+            response = await runtime.dataplane.infer(request, marks)
             clock = time.thread_time_ns()
+            mark = 0 if span is None else time.monotonic_ns()
             answer = codec.encode_response(
                 response, requested=request.outputs, registry=self.state.shm
             )
             encode_ns = time.thread_time_ns() - clock
+            if span is not None:
+                respond = (mark, time.monotonic_ns())
             return answer
         except ReactantError as exc:
             code = exc.status
-            log_failure(message.model_name, message.id, code, str(exc))
+            detail = str(exc)
+            log_failure(message.model_name, message.id, code, detail)
             raise
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED
+            detail = "cancelled by the caller"
             raise
         except Exception as exc:
             code = grpc.StatusCode.INTERNAL
+            detail = str(exc)
             _log.exception("request failed model=%s id=%s", message.model_name, message.id)
             raise ReactantError(
                 f"internal error serving model '{message.model_name}': {exc}"
@@ -378,6 +424,17 @@ class InferenceService:
             self.state.requests.observe(
                 message.model_name, code, time.perf_counter() - started, decode_ns, encode_ns
             )
+            if span is not None and marks is not None:
+                finish_request_span(
+                    span,
+                    marks,
+                    model=message.model_name,
+                    version=message.model_version or "1",
+                    respond=respond,
+                    code=code,
+                    message=detail,
+                    http=http,
+                )
 
     def _serving_runtime(self, model: str) -> Runtime:
         if self.state.stopping:
@@ -393,6 +450,17 @@ class InferenceService:
         """This process's log settings, changed first by those the request names."""
         try:
             return answer_log_settings(request)
+        except ReactantError as exc:
+            await _abort(context, exc)
+            raise AssertionError("unreachable") from exc
+
+    async def trace_setting(
+        self, request: pb.TraceSettingRequest, context: Any
+    ) -> pb.TraceSettingResponse:
+        """This worker's trace settings (of one model, or global), changed first by those the
+        request names."""
+        try:
+            return answer_trace_settings(self.tracing, request)
         except ReactantError as exc:
             await _abort(context, exc)
             raise AssertionError("unreachable") from exc

@@ -23,8 +23,9 @@ import socket
 import stat
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -37,8 +38,10 @@ from reactantserver.core.lane import (
     Kind,
     oversize_message,
     response_frame,
+    split_traced,
 )
 from reactantserver.core.protocol import grpc_service_pb2 as pb
+from reactantserver.core.tracing import Tracing
 
 __all__ = ["LaneServer"]
 
@@ -53,8 +56,19 @@ _SWEEP_MIN_AGE_S = 60.0
 class Serving(Protocol):
     """What the lane needs of the inference service."""
 
+    @property
+    def tracing(self) -> Tracing: ...
+
     async def serve(
         self, request: pb.ModelInferRequest, time_remaining: float | None
+    ) -> pb.ModelInferResponse: ...
+
+    async def serve_traced(
+        self,
+        request: pb.ModelInferRequest,
+        time_remaining: float | None,
+        metadata: Iterable[tuple[str, Any]],
+        transport: str,
     ) -> pb.ModelInferResponse: ...
 
 
@@ -174,14 +188,18 @@ class _Connection(asyncio.Protocol):
                     return
                 self._greeted = True
                 self._write(response_frame(call_id, 0, b""))
-            elif kind == Kind.INFER:
+            elif kind in {Kind.INFER, Kind.TRACED_INFER}:
                 if body is None:
                     message = oversize_message("Received", length, self._max_recv)
                     self._answer_error(call_id, grpc.StatusCode.RESOURCE_EXHAUSTED, message)
                     continue
                 timeout = float(fields[3])
+                context: tuple[tuple[str, str], ...] = ()
+                request = body
+                if kind == Kind.TRACED_INFER:
+                    context, request = split_traced(body)
                 task = asyncio.get_running_loop().create_task(
-                    self._infer(call_id, body, None if math.isnan(timeout) else timeout)
+                    self._infer(call_id, request, None if math.isnan(timeout) else timeout, context)
                 )
                 self._calls[call_id] = task  # a reused id: CANCEL reaches the newest call
                 self._tasks.add(task)
@@ -191,7 +209,13 @@ class _Connection(asyncio.Protocol):
                 if running is not None:
                     running.cancel()
 
-    async def _infer(self, call_id: int, body: bytes, time_remaining: float | None) -> None:
+    async def _infer(
+        self,
+        call_id: int,
+        body: bytes,
+        time_remaining: float | None,
+        context: tuple[tuple[str, str], ...],
+    ) -> None:
         try:
             try:
                 request = pb.ModelInferRequest.FromString(body)
@@ -200,7 +224,12 @@ class _Connection(asyncio.Protocol):
                 self._answer_error(call_id, grpc.StatusCode.INVALID_ARGUMENT, message)
                 return
             try:
-                response = await self._service.serve(request, time_remaining)
+                if self._service.tracing.active:
+                    response = await self._service.serve_traced(
+                        request, time_remaining, context, "lane"
+                    )
+                else:
+                    response = await self._service.serve(request, time_remaining)
             except ReactantError as exc:
                 self._answer_error(call_id, status_of(exc), status_message(exc))
                 return

@@ -12,6 +12,7 @@ way. One catch-all route under ``/v2`` is mounted on the worker's aiohttp applic
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 import grpc
 from google.protobuf.message import Message
@@ -34,13 +35,19 @@ class WorkerRestBackend:
     def __init__(self, service: InferenceService) -> None:
         self._handlers: dict[str, Handler] = service.handlers()
 
-    async def call(self, method: str, request: Message, time_remaining: float | None) -> Message:
+    async def call(
+        self,
+        method: str,
+        request: Message,
+        time_remaining: float | None,
+        headers: Iterable[tuple[str, str]] = (),
+    ) -> Message:
         """Run the gRPC handler of ``method``; a non-OK status raises :class:`RestCallError`."""
         handler = self._handlers.get(method)
         if handler is None or method in _GRPC_ONLY:
             raise RestCallError(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not served over REST")
         try:
-            response: Message = await handler(request, RestContext(time_remaining))
+            response: Message = await handler(request, RestContext(time_remaining, headers))
         except RestCallError:
             raise
         except ReactantError as exc:
