@@ -157,13 +157,19 @@ def test_is_same_ipc_namespace(gateway: GatewayProcess) -> None:
         CUDA_SHARED_MEMORY_REGISTER,
         CUDA_SHARED_MEMORY_STATUS,
         CUDA_SHARED_MEMORY_UNREGISTER,
-        TRACE_SETTING,
     ],
 )
 def test_unsupported_rpcs_are_unimplemented(gateway: GatewayProcess, path: str) -> None:
     with pytest.raises(grpc.RpcError) as caught:
         raw_unary(gateway.url, path, b"")
     assert status_of(caught.value) == "UNIMPLEMENTED"
+
+
+def test_trace_settings_answer_for_the_gateway_process(gateway: GatewayProcess) -> None:
+    # The session gateway runs without tracing: Triton's keys, the level OFF.
+    answer = pb.TraceSettingResponse.FromString(raw_unary(gateway.url, TRACE_SETTING, b""))
+    assert list(answer.settings["trace_level"].value) == ["OFF"]
+    assert list(answer.settings["trace_mode"].value) == ["opentelemetry"]
 
 
 def test_log_settings_answer_for_the_gateway_process(gateway: GatewayProcess) -> None:
