@@ -105,7 +105,9 @@ def test_dependencies_stay_inside_the_walls(package: str) -> None:
 
 
 def test_extras_of_the_package_map() -> None:
-    assert set(_meta("worker")["optional-dependencies"]) == {"cuda12", "cuda13"}
+    assert set(_meta("core")["optional-dependencies"]) == {"server", "tracing"}
+    assert set(_meta("worker")["optional-dependencies"]) == {"cuda12", "cuda13", "tracing"}
+    assert set(_meta("gateway")["optional-dependencies"]) == {"tracing"}
     assert set(_meta("node")["optional-dependencies"]) == {"worker"}
     assert set(_meta("export")["optional-dependencies"]) == {"flax", "torch", "validate"}
 

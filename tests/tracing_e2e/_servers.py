@@ -113,7 +113,12 @@ def running_servers(root: Path) -> Iterator[Servers]:
             "model_dirs": [str(models)],
             "cache_dir": str(root / "cache"),
             "model_control_mode": "static",
-            "endpoints": {"host": "127.0.0.1", "port": free_port(), "metrics_port": free_port()},
+            "endpoints": {
+                "host": "127.0.0.1",
+                "port": free_port(),
+                "http_port": free_port(),
+                "metrics_port": free_port(),
+            },
             "tracing": TRACING,
         },
         {},
