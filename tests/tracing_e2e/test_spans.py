@@ -31,7 +31,7 @@ def _service(span: ReadableSpan) -> str:
 
 
 def _by_name(spans: Sequence[ReadableSpan], service: str) -> dict[str, ReadableSpan]:
-    return {span.name: span for span in spans if _service(span) == service}
+    return {span.name: span for span in _by_name_all(spans, service)}
 
 
 def _parent(span: ReadableSpan) -> int:
@@ -172,3 +172,43 @@ def test_failures_set_the_error_status_with_the_code(traced: Servers) -> None:
     assert failed.status.status_code is StatusCode.ERROR
     assert failed.attributes is not None
     assert failed.attributes["rpc.grpc.status_code"] == 3  # INVALID_ARGUMENT
+
+
+def stream_two(url: str) -> list[Any]:
+    """Two messages over one ``ModelStreamInfer`` call with :data:`TRACEPARENT`; the answers."""
+    answers: list[Any] = []
+    with grpcclient.InferenceServerClient(url) as client:
+        client.start_stream(
+            lambda result, error: answers.append(error or result),
+            headers={"traceparent": TRACEPARENT},
+        )
+        x = grpcclient.InferInput("x", list(ROWS.shape), "FP32")
+        x.set_data_from_numpy(ROWS)
+        for request_id in ("a", "b"):
+            client.async_stream_infer(MODEL, [x], request_id=request_id)
+        client.stop_stream()
+    assert sorted(answer.get_response().id for answer in answers) == ["a", "b"]
+    return answers
+
+
+def test_each_message_of_a_stream_is_traced_under_the_streams_parent(traced: Servers) -> None:
+    stream_two(traced.worker_grpc)
+    spans = traced.spans.get_finished_spans()
+    servers = [span for span in spans if span.name == "ModelInfer"]
+    assert len(servers) == 2
+    assert {_parent(span) for span in servers} == {CLIENT_SPAN}
+    assert [span.name for span in spans].count("execute") == 2
+
+
+def test_a_stream_through_the_gateway_keeps_each_messages_trace(traced: Servers) -> None:
+    stream_two(f"127.0.0.1:{traced.lane_gateway.grpc_port}")
+    spans = traced.spans.get_finished_spans()
+    routed = list(_by_name_all(spans, "reactantserver-gateway"))
+    assert len(routed) == 2
+    assert {_parent(span) for span in routed} == {CLIENT_SPAN}
+    workers = [s for s in _by_name_all(spans, "reactantserver-worker") if s.name == "ModelInfer"]
+    assert {_parent(span) for span in workers} == {span.context.span_id for span in routed}
+
+
+def _by_name_all(spans: Sequence[ReadableSpan], service: str) -> list[ReadableSpan]:
+    return [span for span in spans if _service(span) == service]

@@ -277,18 +277,25 @@ class Proxy:
             started = time.perf_counter()
             model = ""
             code = grpc.StatusCode.OK
+            span: RequestSpan | None = None
+            detail = ""
             try:
                 header = self._header(body)
                 model = header.model_name
-                answer = await self.handle(header, body, context.time_remaining())
+                if self.tracing.active:  # each message is a request, under the stream's parent
+                    span = self._start_span(header, context)
+                answer = await self.handle(header, body, context.time_remaining(), span)
                 await results.put(stream_response(answer))
             except ForwardError as error:
                 code = error.code
+                detail = error.details
                 await results.put(stream_error(error.details))
             finally:
                 self.metrics.observe_request(
                     "ModelStreamInfer", model, code, time.perf_counter() - started
                 )
+                if span is not None:
+                    end_span(span, code, detail, http=False)
 
         async def read_all() -> None:
             try:

@@ -42,7 +42,7 @@ from reactantserver.worker.repository import groups
 from reactantserver.worker.repository.watcher import RepositoryControl
 from reactantserver.worker.scheduler.queue import TraceMarks
 from reactantserver.worker.state import Runtime, WorkerState
-from reactantserver.worker.transport.stream import stream_infer
+from reactantserver.worker.transport.stream import Serve, stream_infer
 from reactantserver.worker.transport.tracing import finish_request_span
 from reactantserver.worker.views import model_info
 
@@ -321,8 +321,17 @@ class InferenceService:
     async def model_stream_infer(
         self, requests: AsyncIterator[pb.ModelInferRequest], context: Any
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """Bidirectional streaming (an async generator, as grpc.aio requires)."""
-        async for answer in stream_infer(self.serve, requests, context):
+        """Bidirectional streaming (an async generator, as grpc.aio requires).
+
+        While tracing is active each message is traced as its own request, child of the
+        stream's ``traceparent``.
+        """
+        serve: Serve = self.serve
+        if self.tracing.active:
+            serve = functools.partial(
+                self.serve_traced, metadata=context.invocation_metadata(), transport="grpc"
+            )
+        async for answer in stream_infer(serve, requests, context):
             yield answer
 
     async def model_infer(
