@@ -103,11 +103,12 @@ def _processor(config: TracingConfig) -> SpanProcessor | None:
 class OtelSpan:
     """One live span (possibly not recording: its context still propagates)."""
 
-    __slots__ = ("_offset_ns", "_span", "_tracer", "recording")
+    __slots__ = ("_context", "_offset_ns", "_span", "_tracer", "recording")
 
     def __init__(self, span: Any, tracer: Any) -> None:
         self._span = span
         self._tracer = tracer
+        self._context: Context | None = None  # the children's parent, made once
         self.recording: bool = span.is_recording()
         # Monotonic -> wall clock, fixed for the span's life (phase marks are monotonic).
         self._offset_ns = time.time_ns() - time.monotonic_ns()
@@ -128,12 +129,13 @@ class OtelSpan:
         attributes: Mapping[str, str | int | float | bool] | None = None,
     ) -> None:
         """A finished child span from two ``time.monotonic_ns()`` marks."""
-        context = trace.set_span_in_context(self._span)
+        if self._context is None:
+            self._context = trace.set_span_in_context(self._span)
         child = self._tracer.start_span(
             name,
-            context=context,
+            context=self._context,
             kind=SpanKind.INTERNAL,
-            attributes=dict(attributes or {}),
+            attributes=attributes,
             start_time=start_mono_ns + self._offset_ns,
         )
         child.end(end_time=end_mono_ns + self._offset_ns)
@@ -178,7 +180,7 @@ class OtelTracer:
         """A server span, child of the ``traceparent`` in ``carrier`` when there is one."""
         context = _PROPAGATOR.extract(carrier) if carrier else None
         span = self.tracer.start_span(
-            name, context=context, kind=SpanKind.SERVER, attributes=dict(attributes)
+            name, context=context, kind=SpanKind.SERVER, attributes=attributes
         )
         return OtelSpan(span, self.tracer)
 
