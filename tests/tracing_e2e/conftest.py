@@ -1,4 +1,8 @@
-"""Session fixtures of the tracing suite: a traced worker and two traced gateways in-process."""
+"""Fixtures of the tracing suite: a traced worker and two traced gateways in-process.
+
+Module-scoped: the servers (and the worker's dispatch thread) stop after each test file, so
+no thread of theirs outlives the suite into the tests the session runs next.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import pytest
 from ._servers import Servers, running_servers
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     """The running servers; the span list is emptied before each test that uses them."""
     yield from running_servers(tmp_path_factory.mktemp("tracing"))
