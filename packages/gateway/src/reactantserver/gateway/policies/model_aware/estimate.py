@@ -315,25 +315,6 @@ class Reservation:
     model: str
     nanoseconds: int
     cold: bool
-    #: The ``L`` part of ``nanoseconds`` (0 when resident).
-    load_nanoseconds: int = 0
-
-
-@attrs.define
-class _ModelQueue:
-    """The in-flight requests of one model on one worker: how many, their ``T_I`` and ``L``."""
-
-    count: int = 0
-    inference_ns: int = 0
-    load_ns: int = 0
-
-    def batched_ns(self, max_batch: int) -> int:
-        """What they cost a request that joins them when they coalesce ``max_batch`` at a time:
-        their loads (shared: a load happens once) and ``ceil(count / max_batch)`` executions."""
-        if self.count == 0:
-            return 0
-        batches = -(-self.count // max_batch)
-        return self.load_ns + batches * self.inference_ns // self.count
 
 
 @attrs.frozen
@@ -361,7 +342,6 @@ class ModelAwareRouter:
         self.mirror = ResidencyMirror()
         self.bandwidth = LoadBandwidth(knobs.default_load_bandwidth_bytes_per_second)
         self._inflight_ns: dict[str, int] = {}
-        self._queues: dict[tuple[str, str], _ModelQueue] = {}
         self._open: dict[int, Reservation] = {}
         self._cursor: dict[str, str] = {}
         self._tokens = 0
@@ -383,31 +363,10 @@ class ModelAwareRouter:
         """``Q(w)``: reserved compute of requests in flight on ``worker``."""
         return self._inflight_ns.get(worker, 0) / _NS
 
-    def queue_ns(self, worker: str, model: str, max_batch: int = 1) -> int:
-        """``Q(w)`` as a request of ``model`` sees it, in nanoseconds.
-
-        Other models' requests count in full. With ``max_batch`` > 1 the model's own requests
-        ahead count as the batches the worker's scheduler coalesces them into, not one
-        execution each (their loads once): a request that joins a queue of its own model waits
-        about one batch, where one of another model waits for all of them.
-        """
-        total = self._inflight_ns.get(worker, 0)
-        queue = self._queues.get((worker, model))
-        if max_batch <= 1 or queue is None:
-            return total
-        return total - queue.load_ns - queue.inference_ns + queue.batched_ns(max_batch)
-
     def estimate(
-        self,
-        model: str,
-        worker: str,
-        *,
-        weight_nbytes: int,
-        inference_s: float,
-        max_batch: int = 1,
+        self, model: str, worker: str, *, weight_nbytes: int, inference_s: float
     ) -> Estimate:
-        """``E(w)`` for one request of ``model`` whose ``T_I`` is ``inference_s``; the model's
-        queued requests coalesce ``max_batch`` at a time (see :meth:`queue_ns`)."""
+        """``E(w)`` for one request of ``model`` whose ``T_I`` is ``inference_s``."""
         resident = self.mirror.is_resident(worker, model)
         load = displacement = 0.0
         if not resident:
@@ -420,7 +379,7 @@ class ModelAwareRouter:
         return Estimate(
             worker=worker,
             network_ns=_ns(self.knobs.network_seconds.get(worker, 0.0)),
-            queue_ns=self.queue_ns(worker, model, max_batch),
+            queue_ns=self._inflight_ns.get(worker, 0),
             load_ns=_ns(load),
             inference_ns=_ns(inference_s),
             resident=resident,
@@ -442,12 +401,8 @@ class ModelAwareRouter:
         weight_nbytes: int = 0,
         cost_per_item: float | None = None,
         fleet_cost_per_item: float | None = None,
-        max_batch: int = 1,
     ) -> Route | None:
         """Choose a worker for one request and reserve its work; ``None`` without candidates.
-
-        ``max_batch`` is the model's largest compiled batch (0 or 1: the queue is counted one
-        execution per request, as the estimate was first written).
 
         Order: ascending ``E + D``; ties → resident first, smaller ``Q``, rotation after the model's
         cursor (the worker chosen last), URL. The choice is marked resident in the mirror.
@@ -461,9 +416,7 @@ class ModelAwareRouter:
         rot = {w: (i - start) % n for i, w in enumerate(workers)}
         estimates = sorted(
             (
-                self.estimate(
-                    model, w, weight_nbytes=weight_nbytes, inference_s=t_i, max_batch=max_batch
-                )
+                self.estimate(model, w, weight_nbytes=weight_nbytes, inference_s=t_i)
                 for w in workers
             ),
             key=lambda e: (e.cost_ns, not e.resident, e.queue_ns, rot[e.worker], e.worker),
@@ -477,16 +430,11 @@ class ModelAwareRouter:
             model=model,
             nanoseconds=chosen.inference_ns + chosen.load_ns,
             cold=not chosen.resident,
-            load_nanoseconds=chosen.load_ns,
         )
         self._open[reservation.token] = reservation
         self._inflight_ns[chosen.worker] = (
             self._inflight_ns.get(chosen.worker, 0) + reservation.nanoseconds
         )
-        queue = self._queues.setdefault((chosen.worker, model), _ModelQueue())
-        queue.count += 1
-        queue.inference_ns += chosen.inference_ns
-        queue.load_ns += chosen.load_ns
         self.mirror.mark_routed(chosen.worker, model, weight_nbytes, now=self._clock())
         return Route(
             order=tuple(e.worker for e in estimates),
@@ -503,11 +451,4 @@ class ModelAwareRouter:
             self._inflight_ns[reservation.worker] = left
         else:
             del self._inflight_ns[reservation.worker]
-        key = (reservation.worker, reservation.model)
-        queue = self._queues[key]
-        queue.count -= 1
-        queue.load_ns -= reservation.load_nanoseconds
-        queue.inference_ns -= reservation.nanoseconds - reservation.load_nanoseconds
-        if queue.count == 0:
-            del self._queues[key]
         return True

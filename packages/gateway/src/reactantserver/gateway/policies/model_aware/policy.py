@@ -133,7 +133,6 @@ class ModelAwarePolicy:
             weight_nbytes=meta.weight_nbytes if meta is not None else 0,
             cost_per_item=meta.cost_per_item if meta is not None else None,
             fleet_cost_per_item=snapshot.fleet_cost_per_item,
-            max_batch=meta.max_batch if meta is not None else 1,
         )
         if route is None:
             return Choice(())
