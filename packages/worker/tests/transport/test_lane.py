@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -252,6 +252,22 @@ def test_reactant_error_status_and_message() -> None:
                 1: (code(grpc.StatusCode.NOT_FOUND), b"model 'm1' is not found"),
                 2: (code(grpc.StatusCode.INVALID_ARGUMENT), b"input 'x' has the wrong shape"),
             }
+            await peer.close()
+
+    run(main)
+
+
+def test_an_unknown_frame_kind_is_unimplemented_and_the_connection_survives() -> None:
+    async def main() -> None:
+        service = Serving()
+        async with serving(service) as lane:
+            peer = await Peer.connect(lane)
+            await peer.send(request_frame(7, cast(Kind, 200), b"from a newer gateway", 1.0))
+            call_id, status, body = await peer.answer()
+            assert (call_id, status) == (7, code(grpc.StatusCode.UNIMPLEMENTED))
+            assert body == b"lane: unknown frame kind 200"
+            await peer.send(infer(8, "echo", "after"))
+            assert (await peer.answer())[:2] == (8, 0)
             await peer.close()
 
     run(main)

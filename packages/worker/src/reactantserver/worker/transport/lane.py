@@ -208,6 +208,11 @@ class _Connection(asyncio.Protocol):
                 running = self._calls.pop(call_id, None)
                 if running is not None:
                     running.cancel()
+            elif kind != Kind.HELLO:
+                # A frame this worker does not know (a newer gateway's): answered, so the
+                # caller gets an error at once instead of waiting for its deadline.
+                message = f"lane: unknown frame kind {kind}"
+                self._answer_error(call_id, grpc.StatusCode.UNIMPLEMENTED, message)
 
     async def _infer(
         self,
