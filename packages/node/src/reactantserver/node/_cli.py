@@ -26,7 +26,6 @@ from reactantserver.core.config import (
     env_override_variables,
     load_node_config,
     node_config_from_mapping,
-    node_worker_configs,
     port_flags,
     upgrade_env,
     worker_key_flags,
@@ -106,15 +105,13 @@ def _load(args: argparse.Namespace, env: Mapping[str, str]) -> NodeConfig:
     else:
         node = load_node_config(path, env)
     node = apply_overrides(node, env, role=args.role, gpus=args.gpus)
-    node = apply_flags(
+    # Worker keys set by flags are checked when the plan resolves each worker.
+    return apply_flags(
         node,
         model_repository=repositories,
         ports=port_flags(args),
         worker_flags=worker_key_flags(args),
     )
-    # Flags may change worker keys: check every worker again before anything starts.
-    node_worker_configs(node, env, quiet=True)
-    return node
 
 
 def _plan(args: argparse.Namespace, env: Mapping[str, str], *, write: bool) -> NodePlan:
