@@ -66,6 +66,7 @@ async def _window(
     ok: list[float] = []
     refused: list[float] = []
     other: Counter[str] = Counter()
+    examples: dict[str, str] = {}  # status -> the first such error's message
     triton = aioclient.InferenceServerClient(url)
 
     async def client() -> None:
@@ -80,6 +81,7 @@ async def _window(
                         refused.append(done - now)
                     else:
                         other[status] += 1
+                        examples.setdefault(status, str(error.message()))
                 continue
             done = time.perf_counter()
             if done >= start:
@@ -89,7 +91,13 @@ async def _window(
         await asyncio.gather(*(client() for _ in range(clients)))
     finally:
         await triton.close()
-    return {"ok": ok, "refused": refused, "other": dict(other), "duration_s": duration}
+    return {
+        "ok": ok,
+        "refused": refused,
+        "other": dict(other),
+        "other_examples": examples,
+        "duration_s": duration,
+    }
 
 
 def _row(kind: str, clients: int, windows: list[dict[str, Any]], cpu_s: float) -> dict[str, Any]:
@@ -109,6 +117,7 @@ def _row(kind: str, clients: int, windows: list[dict[str, Any]], cpu_s: float) -
         "refusal_p50_ms": None if not refused else 1e3 * (_pct(refused, 0.50) or 0.0),
         "refusal_p99_ms": None if not refused else 1e3 * (_pct(refused, 0.99) or 0.0),
         "other_statuses": dict(other),
+        "other_examples": {k: v for w in windows for k, v in w.get("other_examples", {}).items()},
         "server_cpu_us_per_admitted": 1e6 * cpu_s / len(ok) if ok else None,
     }
 
@@ -302,7 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     report["figures"] = figures(report)
     report["errors"] = [
-        f"{r['kind']}: {r['other_statuses']}" for r in report["rows"] if r["other_statuses"]
+        f"{r['kind']}: {r['other_statuses']} (e.g. {r['other_examples']})"
+        for r in report["rows"]
+        if r["other_statuses"]
     ]
     write_report(args.out, RESULT_NAME, report, markdown(report))
     return 0

@@ -1,5 +1,9 @@
 """The ASGI messages of a gRPC response: the start, framed messages, the status trailers.
 
+A call that ends before its response started (a refusal at the admission gate, an unknown
+method, a handler that aborts) is answered Trailers-Only, as gRPC's HTTP/2 protocol has it:
+the status in the one header block that ends the stream, two ``send`` calls instead of three.
+
 The constant messages are built once and reused for every plain call (the server copies what
 it sends); calls with metadata or a status other than OK get their own.
 """
@@ -85,6 +89,16 @@ async def finish(
 ) -> None:
     """End a call with a status (after the response's start if it was not sent yet)."""
     if not started:
-        await send(_START)
+        # gRPC's Trailers-Only response: the status in the one header block that ends it.
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", _GRPC), *status_trailers(code, details, metadata)],
+                "trailers": False,
+            }
+        )
+        await send(END_BODY)
+        return
     await send(END_BODY)
     await send(trailers_message(code, details, metadata))
