@@ -87,6 +87,14 @@ class GrpcApp:
         if content_type is None or not content_type.startswith(_GRPC):
             await self._not_grpc(scope, receive, send)
             return
+        gate = self.methods.gates.get(scope["path"])
+        if gate is not None and (refusal := gate()) is not None:
+            # Refused before its request is parsed or its deadline armed: a flood costs
+            # little. The body is still taken off the stream (usually one receive), so the
+            # server ends it cleanly instead of resetting a stream the client is still writing.
+            await _drain(receive)
+            await finish(send, False, grpc.StatusCode.RESOURCE_EXHAUSTED, refusal, ())
+            return
         seconds = None if timeout is None else parse_timeout(timeout)
         if seconds is None:
             context = RpcContext(headers, None, scope.get("client"))
@@ -116,14 +124,6 @@ class GrpcApp:
         send: Send,
         encoding: bytes | None,
     ) -> None:
-        gate = self.methods.gates.get(path)
-        if gate is not None and (refusal := gate()) is not None:
-            # Refused before its request is parsed: a flood costs little. The body is still
-            # taken off the stream (usually one receive), so the server ends it cleanly
-            # instead of resetting a stream the client is still writing.
-            await _drain(receive)
-            await finish(send, False, grpc.StatusCode.RESOURCE_EXHAUSTED, refusal, ())
-            return
         method = self.methods.find(path)
         if method is None:
             await _drain(receive)
