@@ -16,6 +16,15 @@ one dispatch thread, so one worker uses at most about three cores whatever the c
 2-core development machine the clients take one core and the worker the other: nothing can
 scale there, and the figure shows the flat line and the CPU it costs. The 16-core GPU machine
 (``bench/gpu``) runs the same measurement.
+
+``--fronts K ...`` measures the other way to use more cores, front processes: ``K`` gateways
+(``python -m reactantserver.gateway``) in front of the one worker, each forwarding its calls
+over the worker's forwarding lane (the unchanged ``ModelInferRequest`` bytes over a Unix
+socket), the clients spread over them. The gateways take the HTTP/2 and gRPC work out of the
+worker's process; what the worker still spends per request (its CPU per request in these rows
+against the direct rows) bounds what any number of fronts can get from one worker. The fronts
+run on their own CPUs where the machine has them (the worker keeps at most three), else on the
+clients' CPUs.
 """
 
 from __future__ import annotations
@@ -31,11 +40,14 @@ from typing import Any
 
 from bench._common import figure, fmt, machine, machine_line, write_report
 from bench._grpc_load import run_load
-from bench._grpc_servers import Server, export_examples, start_worker
+from bench._grpc_servers import Server, export_examples, model_stats, start_worker
+from bench.gateway import start_gateway
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT_NAME = "scaling-cpu"
 MODEL = "mlp"
+#: The most cores one worker can use (its event loop, its dispatch thread, the front's thread).
+WORKER_CORES = 3
 
 
 def split_cpus(client_share: float) -> tuple[list[int], list[int]]:
@@ -45,6 +57,29 @@ def split_cpus(client_share: float) -> tuple[list[int], list[int]]:
         return cpus, cpus
     clients = max(1, int(len(cpus) * client_share))
     return cpus[:clients], cpus[clients:]
+
+
+def split_fronts(client_cpus: list[int], server_cpus: list[int]) -> tuple[list[int], list[int]]:
+    """(front CPUs, worker CPUs) out of the server's: the worker keeps up to
+    :data:`WORKER_CORES`, the fronts get the rest, or share the clients' CPUs if none is left."""
+    worker = server_cpus[: max(1, min(WORKER_CORES, len(server_cpus) // 2))]
+    fronts = server_cpus[len(worker) :]
+    return (fronts or client_cpus), worker
+
+
+def _rows_per_execution(
+    before: dict[str, int] | None, after: dict[str, int] | None
+) -> float | None:
+    if before is None or after is None:
+        return None
+    executions = after["execution_count"] - before["execution_count"]
+    if executions <= 0:
+        return None
+    return (after["inference_count"] - before["inference_count"]) / executions
+
+
+def _cpu(servers: list[Server]) -> float:
+    return sum(sum((s.cpu_seconds() or {}).values()) for s in servers)
 
 
 def _client_proc(args: tuple[str, int, float, float, list[int]]) -> dict[str, Any]:
@@ -64,32 +99,49 @@ def _client_proc(args: tuple[str, int, float, float, list[int]]) -> dict[str, An
 
 
 def measure(
-    worker: Server, *, procs: int, clients: int, warmup: float, duration: float, cpus: list[int]
+    worker: Server,
+    *,
+    procs: int,
+    clients: int,
+    warmup: float,
+    duration: float,
+    cpus: list[int],
+    fronts: list[Server] | None = None,
 ) -> dict[str, Any]:
-    """One window with ``procs`` client processes sharing ``clients`` closed-loop clients."""
+    """One window with ``procs`` client processes sharing ``clients`` closed-loop clients,
+    sent to the worker, or spread over ``fronts`` (at least one process per front)."""
+    targets = [f.url for f in fronts] if fronts else [worker.url]
+    procs = max(procs, len(targets))
     per = [clients // procs + (1 if i < clients % procs else 0) for i in range(procs)]
-    jobs = [(worker.url, n, warmup, duration, cpus) for n in per if n]
+    jobs = [(targets[i % len(targets)], n, warmup, duration, cpus) for i, n in enumerate(per) if n]
     context = multiprocessing.get_context("spawn")
     with context.Pool(len(jobs)) as pool:
         pending = pool.map_async(_client_proc, jobs)
         time.sleep(warmup + 0.5)  # every process imported and running by then
-        cpu0, t0 = sum((worker.cpu_seconds() or {}).values()), time.perf_counter()
+        cpu0, front0, t0 = _cpu([worker]), _cpu(fronts or []), time.perf_counter()
+        stats0 = model_stats(worker.url, MODEL)
         time.sleep(max(0.0, duration - 1.0))
-        cpu1, t1 = sum((worker.cpu_seconds() or {}).values()), time.perf_counter()
+        stats1 = model_stats(worker.url, MODEL)
+        cpu1, front1, t1 = _cpu([worker]), _cpu(fronts or []), time.perf_counter()
         results = pending.get()
     latencies = sorted(ns for r in results for ns in r["latencies_ns"])
     requests = len(latencies)
     span = t1 - t0
-    return {
+    # Requests answered during the CPU span (the window's rate over the span).
+    spanned = requests * span / duration if duration > 0 else 0.0
+    row: dict[str, Any] = {
         "requests_per_s": requests / duration,
         "p50_ms": latencies[len(latencies) // 2] / 1e6 if latencies else None,
         "p99_ms": latencies[int(len(latencies) * 0.99)] / 1e6 if latencies else None,
         "errors": sum(r["errors"] for r in results),
         "server_cores": (cpu1 - cpu0) / span if span > 0 else None,
-        "server_cpu_us_per_request": (
-            (cpu1 - cpu0) / (requests * span / duration) * 1e6 if requests else None
-        ),
+        "server_cpu_us_per_request": (cpu1 - cpu0) / spanned * 1e6 if spanned else None,
+        "rows_per_execution": _rows_per_execution(stats0, stats1),
     }
+    if fronts:
+        row["front_cores"] = (front1 - front0) / span if span > 0 else None
+        row["front_cpu_us_per_request"] = (front1 - front0) / spanned * 1e6 if spanned else None
+    return row
 
 
 def markdown(report: dict[str, Any]) -> list[str]:
@@ -107,23 +159,142 @@ def markdown(report: dict[str, Any]) -> list[str]:
         f"CPUs {report['server_cpus']}; {args['duration']} s windows.",
         "",
         "| front threads | req/s | p50 / p99 (ms) | server CPU / request (us) "
-        "| server cores used |",
-        "|---|---|---|---|---|",
+        "| server cores used | rows / execution |",
+        "|---|---|---|---|---|---|",
     ]
     for row in report["rows"]:
         lines.append(
             f"| {row['threads']} | {row['requests_per_s']:,.0f} | {fmt(row['p50_ms'], '.2f')} / "
             f"{fmt(row['p99_ms'], '.2f')} | {fmt(row['server_cpu_us_per_request'], ',.0f')} | "
-            f"{fmt(row['server_cores'], '.2f')} |"
+            f"{fmt(row['server_cores'], '.2f')} | {fmt(row['rows_per_execution'], '.1f')} |"
         )
     lines += ["", report["note"], ""]
+    if report.get("front_rows"):
+        direct = report["rows"][0]
+        lines += [
+            "## Front processes",
+            "",
+            f"Gateways forwarding over the worker's lane, on CPUs {report['front_cpus']}; the "
+            f"worker on CPUs {report['worker_cpus']}. The first row is the worker alone, with "
+            f"{direct['threads']} front thread(s), from the table above.",
+            "",
+            "| front processes | req/s | p50 / p99 (ms) | worker CPU / request (us) "
+            "| worker cores used | rows / execution | fronts' CPU / request (us) "
+            "| fronts' cores used |",
+            "|---|---|---|---|---|---|---|---|",
+            f"| 0 (direct) | {direct['requests_per_s']:,.0f} | {fmt(direct['p50_ms'], '.2f')} / "
+            f"{fmt(direct['p99_ms'], '.2f')} | "
+            f"{fmt(direct['server_cpu_us_per_request'], ',.0f')} | "
+            f"{fmt(direct['server_cores'], '.2f')} | "
+            f"{fmt(direct['rows_per_execution'], '.1f')} | - | - |",
+        ]
+        for row in report["front_rows"]:
+            lines.append(
+                f"| {row['fronts']} | {row['requests_per_s']:,.0f} | "
+                f"{fmt(row['p50_ms'], '.2f')} / {fmt(row['p99_ms'], '.2f')} | "
+                f"{fmt(row['server_cpu_us_per_request'], ',.0f')} | "
+                f"{fmt(row['server_cores'], '.2f')} | "
+                f"{fmt(row['rows_per_execution'], '.1f')} | "
+                f"{fmt(row['front_cpu_us_per_request'], ',.0f')} | "
+                f"{fmt(row['front_cores'], '.2f')} |"
+            )
+        lines += ["", report["front_note"], ""]
     return lines
+
+
+def _front_row(
+    tmp: Path,
+    models: Path,
+    count: int,
+    args: argparse.Namespace,
+    *,
+    client_cpus: list[int],
+    front_cpus: list[int],
+    worker_cpus: list[int],
+) -> dict[str, Any]:
+    """One window through ``count`` gateways in front of a fresh worker."""
+    run = tmp / f"f{count}"
+    run.mkdir()
+    worker = start_worker(run, models, {}, frozenset(worker_cpus))
+    fronts: list[Server] = []
+    try:
+        worker.wait_ready([MODEL], args.startup_timeout)
+        worker.name = "worker"
+        for i in range(count):
+            fronts.append(start_gateway(run, f"front_{i}", [worker], frozenset(front_cpus)))
+            fronts[-1].wait_ready([MODEL], args.startup_timeout)
+        row = measure(
+            worker,
+            procs=args.client_procs,
+            clients=args.clients,
+            warmup=args.warmup,
+            duration=args.duration,
+            cpus=client_cpus,
+            fronts=fronts,
+        )
+    finally:
+        for front in fronts:
+            front.stop()
+        worker.stop()
+    return {"fronts": count, **row}
+
+
+def _front_note(
+    rows: list[dict[str, Any]],
+    front_rows: list[dict[str, Any]],
+    front_cpus: list[int],
+    client_cpus: list[int],
+) -> str:
+    if not rows or not front_rows:
+        return ""
+    direct = rows[0]["server_cpu_us_per_request"]
+    laned = min(
+        (r["server_cpu_us_per_request"] for r in front_rows if r["server_cpu_us_per_request"]),
+        default=None,
+    )
+    note = ""
+    if direct and laned:
+        note = (
+            f"Behind fronts the worker spends {laned:,.0f} us per request against {direct:,.0f} "
+            f"direct: at most {direct / laned:.2f}x the requests one worker's process can serve, "
+            "however many fronts feed it. "
+        )
+    if front_cpus == client_cpus:
+        note += (
+            "The fronts share the clients' CPUs here (the machine has none to spare), so their "
+            "req/s shows the cost of the extra hop, not what fronts on cores of their own give."
+        )
+    return note
+
+
+def _front_figures(
+    rows: list[dict[str, Any]], front_rows: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    if not rows:
+        return []
+    direct = rows[0]
+    out = []
+    for r in front_rows:
+        cpu = r["server_cpu_us_per_request"]
+        base_cpu = direct["server_cpu_us_per_request"]
+        out += [
+            figure(f"req/s with {r['fronts']} front processes", r["requests_per_s"], "req/s"),
+            figure(
+                f"worker CPU per request behind {r['fronts']} front processes / direct",
+                cpu / base_cpu if cpu and base_cpu else None,
+                "x",
+            ),
+        ]
+    return out
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument(
+        "--fronts", type=int, nargs="*", default=[1, 2], help="front processes (gateways)"
+    )
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--client-procs", type=int, default=0, help="0: one per client CPU")
     parser.add_argument("--client-share", type=float, default=0.5)
@@ -140,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.quick:
         args.duration, args.warmup, args.threads = 1.5, 0.3, args.threads[:2]
+        args.fronts = args.fronts[:1]
     elif args.suite:
         args.duration = 3.0
     client_cpus, server_cpus = split_cpus(args.client_share)
@@ -168,6 +340,19 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 worker.stop()
             rows.append({"threads": threads, **row})
+        front_cpus, worker_cpus = split_fronts(client_cpus, server_cpus)
+        front_rows = [
+            _front_row(
+                tmp,
+                models,
+                count,
+                args,
+                client_cpus=client_cpus,
+                front_cpus=front_cpus,
+                worker_cpus=worker_cpus,
+            )
+            for count in args.fronts
+        ]
     cores = len(server_cpus)
     note = (
         f"The worker had {cores} CPU(s). One worker's Python runs on one event loop and its "
@@ -183,7 +368,12 @@ def main(argv: list[str] | None = None) -> int:
         "server_cpus": server_cpus,
         "rows": rows,
         "note": note,
-        "errors": [f"threads={r['threads']}: {r['errors']} errors" for r in rows if r["errors"]],
+        "front_cpus": front_cpus,
+        "worker_cpus": worker_cpus,
+        "front_rows": front_rows,
+        "front_note": _front_note(rows, front_rows, front_cpus, client_cpus),
+        "errors": [f"threads={r['threads']}: {r['errors']} errors" for r in rows if r["errors"]]
+        + [f"fronts={r['fronts']}: {r['errors']} errors" for r in front_rows if r["errors"]],
     }
     base = rows[0]["requests_per_s"] if rows else None
     report["figures"] = [
@@ -197,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         figure(f"req/s with {r['threads']} front threads", r["requests_per_s"], "req/s")
         for r in rows
     ]
+    report["figures"] += _front_figures(rows, front_rows)
     write_report(args.out, RESULT_NAME, report, markdown(report))
     return 0
 
