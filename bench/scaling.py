@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from bench._common import figure, fmt, machine, machine_line, write_report
 from bench._grpc_load import run_load
 from bench._grpc_servers import Server, export_examples, model_stats, start_worker
@@ -202,41 +204,53 @@ def markdown(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _front_row(
-    tmp: Path,
-    models: Path,
-    count: int,
-    args: argparse.Namespace,
+@attrs.frozen
+class Load:
+    """How every point is driven: client processes, clients, window, the clients' CPUs."""
+
+    procs: int
+    clients: int
+    warmup: float
+    duration: float
+    client_cpus: list[int]
+
+
+def measure_point(
+    run: Path,
+    repo: Path,
+    env: dict[str, str],
+    load: Load,
     *,
-    client_cpus: list[int],
-    front_cpus: list[int],
     worker_cpus: list[int],
+    ready_timeout: float,
+    fronts: int = 0,
+    front_cpus: list[int] | None = None,
 ) -> dict[str, Any]:
-    """One window through ``count`` gateways in front of a fresh worker."""
-    run = tmp / f"f{count}"
-    run.mkdir()
-    worker = start_worker(run, models, {}, frozenset(worker_cpus))
-    fronts: list[Server] = []
+    """One window against a fresh worker (``env``: its overrides) serving ``repo``, directly
+    or through ``fronts`` gateways on ``front_cpus``; everything stopped after."""
+    run.mkdir(parents=True, exist_ok=True)
+    worker = start_worker(run, repo, env, frozenset(worker_cpus))
+    started: list[Server] = []
     try:
-        worker.wait_ready([MODEL], args.startup_timeout)
+        worker.wait_ready([MODEL], ready_timeout)
         worker.name = "worker"
-        for i in range(count):
-            fronts.append(start_gateway(run, f"front_{i}", [worker], frozenset(front_cpus)))
-            fronts[-1].wait_ready([MODEL], args.startup_timeout)
-        row = measure(
+        for i in range(fronts):
+            front = start_gateway(run, f"front_{i}", [worker], frozenset(front_cpus or []))
+            started.append(front)
+            front.wait_ready([MODEL], ready_timeout)
+        return measure(
             worker,
-            procs=args.client_procs,
-            clients=args.clients,
-            warmup=args.warmup,
-            duration=args.duration,
-            cpus=client_cpus,
-            fronts=fronts,
+            procs=load.procs,
+            clients=load.clients,
+            warmup=load.warmup,
+            duration=load.duration,
+            cpus=load.client_cpus,
+            fronts=started,
         )
     finally:
-        for front in fronts:
+        for front in started:
             front.stop()
         worker.stop()
-    return {"fronts": count, **row}
 
 
 def _front_note(
@@ -322,37 +336,32 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(name)
         models = tmp / "models"
         export_examples(models, [MODEL])
+        load = Load(args.client_procs, args.clients, args.warmup, args.duration, client_cpus)
         for threads in args.threads:
-            run = tmp / f"t{threads}"
-            run.mkdir()
             env = {"REACTANTSERVER_WORKER_ENDPOINTS_FRONT_THREADS": str(threads)}
-            worker = start_worker(run, models, env, frozenset(server_cpus))
-            try:
-                worker.wait_ready([MODEL], args.startup_timeout)
-                row = measure(
-                    worker,
-                    procs=args.client_procs,
-                    clients=args.clients,
-                    warmup=args.warmup,
-                    duration=args.duration,
-                    cpus=client_cpus,
-                )
-            finally:
-                worker.stop()
+            row = measure_point(
+                tmp / f"t{threads}",
+                models,
+                env,
+                load,
+                worker_cpus=server_cpus,
+                ready_timeout=args.startup_timeout,
+            )
             rows.append({"threads": threads, **row})
         front_cpus, worker_cpus = split_fronts(client_cpus, server_cpus)
-        front_rows = [
-            _front_row(
-                tmp,
+        front_rows = []
+        for count in args.fronts:
+            row = measure_point(
+                tmp / f"f{count}",
                 models,
-                count,
-                args,
-                client_cpus=client_cpus,
-                front_cpus=front_cpus,
+                {},
+                load,
                 worker_cpus=worker_cpus,
+                ready_timeout=args.startup_timeout,
+                fronts=count,
+                front_cpus=front_cpus,
             )
-            for count in args.fronts
-        ]
+            front_rows.append({"fronts": count, **row})
     cores = len(server_cpus)
     note = (
         f"The worker had {cores} CPU(s). One worker's Python runs on one event loop and its "

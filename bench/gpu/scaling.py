@@ -12,15 +12,13 @@ cannot give (there the clients and the worker have one core each).
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 from bench._common import figure
-from bench._grpc_servers import export_examples, start_worker
-from bench.gateway import start_gateway
+from bench._grpc_servers import export_examples
 from bench.gpu._modes import worker_env
 from bench.gpu._step import Step
-from bench.scaling import MODEL, measure, split_cpus, split_fronts
+from bench.scaling import MODEL, Load, measure_point, split_cpus, split_fronts
 
 __all__ = ["main"]
 
@@ -39,28 +37,22 @@ def main(argv: list[str] | None = None) -> int:
     if not (repo / MODEL).exists():
         export_examples(repo, [MODEL])
     window = step.mode.window_s
+    load = Load(len(client_cpus), CLIENTS, step.mode.warmup_s, window, client_cpus)
     rows: list[dict[str, Any]] = []
     for threads in THREADS:
         if step.left() < window + _RESERVE_S:
             step.report.note(f"{threads} front threads not measured: the step's budget ran out")
             break
-        run = step.work / f"scaling-t{threads}"
-        run.mkdir(parents=True, exist_ok=True)
         env = worker_env(step.mode, step.work / "cache", mem_fraction=0.1)
         env["REACTANTSERVER_WORKER_ENDPOINTS_FRONT_THREADS"] = str(threads)
-        worker = start_worker(run, repo, env, frozenset(server_cpus))
-        try:
-            worker.wait_ready([MODEL], max(5.0, step.left() - window - 4.0))
-            row = measure(
-                worker,
-                procs=len(client_cpus),
-                clients=CLIENTS,
-                warmup=step.mode.warmup_s,
-                duration=window,
-                cpus=client_cpus,
-            )
-        finally:
-            worker.stop()
+        row = measure_point(
+            step.work / f"scaling-t{threads}",
+            repo,
+            env,
+            load,
+            worker_cpus=server_cpus,
+            ready_timeout=max(5.0, step.left() - window - 4.0),
+        )
         rows.append({"threads": threads, **row})
         step.report.put("rows", rows)
     front_cpus, worker_cpus = split_fronts(client_cpus, server_cpus)
@@ -69,17 +61,17 @@ def main(argv: list[str] | None = None) -> int:
         if step.left() < window + _RESERVE_S + 2.0 * count:
             step.report.note(f"{count} front processes not measured: the step's budget ran out")
             break
-        front_rows.append(
-            _through_fronts(
-                step,
-                repo,
-                count,
-                client_cpus=client_cpus,
-                front_cpus=front_cpus,
-                worker_cpus=worker_cpus,
-                window=window,
-            )
+        row = measure_point(
+            step.work / f"scaling-f{count}",
+            repo,
+            worker_env(step.mode, step.work / "cache", mem_fraction=0.1),
+            load,
+            worker_cpus=worker_cpus,
+            ready_timeout=max(5.0, step.left() - window - 4.0),
+            fronts=count,
+            front_cpus=front_cpus,
         )
+        front_rows.append({"fronts": count, **row})
         step.report.put("front_rows", front_rows)
     step.report.put(
         "cpus",
@@ -125,44 +117,6 @@ def main(argv: list[str] | None = None) -> int:
     if len(rows) == len(THREADS) and len(front_rows) == len(FRONTS):
         step.report.finish()
     return 0
-
-
-def _through_fronts(
-    step: Step,
-    repo: Path,
-    count: int,
-    *,
-    client_cpus: list[int],
-    front_cpus: list[int],
-    worker_cpus: list[int],
-    window: float,
-) -> dict[str, Any]:
-    """One window through ``count`` gateways in front of a fresh worker."""
-    run = step.work / f"scaling-f{count}"
-    run.mkdir(parents=True, exist_ok=True)
-    env = worker_env(step.mode, step.work / "cache", mem_fraction=0.1)
-    worker = start_worker(run, repo, env, frozenset(worker_cpus))
-    fronts = []
-    try:
-        worker.wait_ready([MODEL], max(5.0, step.left() - window - 4.0))
-        worker.name = "worker"
-        for i in range(count):
-            fronts.append(start_gateway(run, f"front_{i}", [worker], frozenset(front_cpus)))
-            fronts[-1].wait_ready([MODEL], max(5.0, step.left() - window - 2.0))
-        row = measure(
-            worker,
-            procs=len(client_cpus),
-            clients=CLIENTS,
-            warmup=step.mode.warmup_s,
-            duration=window,
-            cpus=client_cpus,
-            fronts=fronts,
-        )
-    finally:
-        for front in fronts:
-            front.stop()
-        worker.stop()
-    return {"fronts": count, **row}
 
 
 if __name__ == "__main__":
