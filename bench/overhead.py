@@ -38,6 +38,7 @@ from bench._grpc_load import Load, combine, run_load
 from bench._grpc_report import HEADLINE_CONCURRENCY, TARGET_RATIO, ratios
 from bench._grpc_servers import Server, cpu_split, export_examples, start_bare, start_worker
 from bench._overhead_report import STAGES, markdown
+from reactantserver.worker.scheduler import SAMPLE_EVERY
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT_NAME = "overhead-cpu"
@@ -143,7 +144,9 @@ def instrumentation_cost(samples: int = 200_000) -> dict[str, float]:
 def _cost_per_request(cost: Mapping[str, float], requests_per_execution: float) -> float:
     """The stage clocks' nanoseconds per request at ``requests_per_execution``."""
     per_execution = 3 * cost["thread_time_ns_call_ns"] + cost["locked_add_ns"]
-    return 6 * cost["thread_time_ns_call_ns"] + per_execution / requests_per_execution
+    # Decode, encode and admission read the clock (6 times) on one request in SAMPLE_EVERY.
+    sampled = 6 * cost["thread_time_ns_call_ns"] / SAMPLE_EVERY
+    return sampled + per_execution / requests_per_execution
 
 
 def _point(

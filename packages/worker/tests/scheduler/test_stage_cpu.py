@@ -15,7 +15,13 @@ import pytest
 from reactantserver.core.config import SchedulingDiscipline
 from reactantserver.core.errors import OverloadedError
 from reactantserver.core.hooks import NamedTensor
-from reactantserver.worker.scheduler import LoopCompletion, StatsSnapshot, resolve_all
+from reactantserver.worker.scheduler import (
+    SAMPLE_EVERY,
+    LoopCompletion,
+    StageClock,
+    StatsSnapshot,
+    resolve_all,
+)
 
 from ._fake import Harness, Outputs, row
 
@@ -98,3 +104,25 @@ def test_an_awaiting_caller_is_charged_for_admission_and_its_wake_up() -> None:
     queue, dispatch = cpu(h, "a")
     assert queue > 0
     assert dispatch > 0
+
+
+def test_the_stage_clock_times_the_first_request_then_one_in_every() -> None:
+    clock = StageClock(4)
+    assert [clock.timed() for _ in range(9)] == [True, False, False, False] * 2 + [True]
+    assert clock.scale(250) == 1000
+    assert all(StageClock(1).timed() for _ in range(3))
+    with pytest.raises(ValueError, match="every"):
+        StageClock(0)
+
+
+def test_admission_is_timed_on_one_request_in_sample_every() -> None:
+    h = Harness(discipline=SchedulingDiscipline.FIFO)
+    h.add("a", sizes=(1, 4))
+    h.submit("a")
+    queue, _ = cpu(h, "a")
+    assert queue > 0
+    for _ in range(SAMPLE_EVERY - 1):
+        h.submit("a")
+    assert cpu(h, "a")[0] == queue
+    h.submit("a")
+    assert cpu(h, "a")[0] > queue

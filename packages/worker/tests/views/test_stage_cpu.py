@@ -4,6 +4,8 @@ every stage.
 A started world (one compiled jax bundle, the scheduler running) serves ``ModelInferRequest``
 messages through :meth:`InferenceService.serve`, the path gRPC and REST share; the family is
 read back from the rendered exposition. Only which counters move is asserted, never how much.
+Decode, encode and admission time one request in ``SAMPLE_EVERY``; :func:`exact` times every
+one, for the test that compares the stages with the process's CPU.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from packages.worker.tests._world import World, start_world, world_config
 from packages.worker.tests.conftest import BundleMaker, Tensor
 from reactantserver.core.errors import InvalidArgumentError, ModelNotFoundError
 from reactantserver.core.protocol import grpc_service_pb2 as pb
+from reactantserver.worker.scheduler import SAMPLE_EVERY, StageClock
 from reactantserver.worker.transport.inference import InferenceService
 from reactantserver.worker.views.metrics import CPU_STAGES, WorkerMetrics
 
@@ -87,9 +90,16 @@ def serve_all(service: InferenceService, messages: list[Any]) -> list[Any]:
     return asyncio.run(main())
 
 
+def exact(world: World, service: InferenceService) -> None:
+    """Time every request's stages, not one in ``SAMPLE_EVERY``."""
+    service.stage_clock = StageClock(1)
+    world.runtime.scheduler.stage_clock = StageClock(1)
+
+
 def test_every_stage_moves_for_real_requests(world: World) -> None:
     metrics = WorkerMetrics(world.state, environ={})
     service = InferenceService(world.state)
+    exact(world, service)
     assert stages(metrics) == {("plain", s): 0.0 for s in CPU_STAGES}
 
     spent = time.process_time()
@@ -105,6 +115,24 @@ def test_every_stage_moves_for_real_requests(world: World) -> None:
     serve_all(service, [message(rows=3)])
     second = stages(metrics)
     assert all(second[key] > first[key] for key in first), (first, second)
+
+
+def test_sampled_stages_count_the_timed_request_for_those_it_stands_for(world: World) -> None:
+    metrics = WorkerMetrics(world.state, environ={})
+    service = InferenceService(world.state)
+    serve_all(service, [message()])  # the first request is timed
+    first = stages(metrics)
+    assert all(seconds > 0 for seconds in first.values()), first
+    for _ in range(SAMPLE_EVERY - 1):  # the rest of its sample: not timed
+        serve_all(service, [message()])
+    untimed = stages(metrics)
+    for stage in ("decode", "encode"):
+        assert untimed["plain", stage] == first["plain", stage], stage
+    # Every execution: the dispatch thread's turn, and waking the caller (queue's other half).
+    for stage in ("queue", "dispatch"):
+        assert untimed["plain", stage] > first["plain", stage], stage
+    serve_all(service, [message()])  # the next sample's first
+    assert all(stages(metrics)[key] > untimed[key] for key in untimed)
 
 
 def test_a_refused_request_counts_its_decode_only(world: World) -> None:

@@ -38,6 +38,7 @@ from reactantserver.worker.scheduler.queue import (
     resolve_all,
 )
 from reactantserver.worker.scheduler.scheduler import SHUTTING_DOWN, Scheduler
+from reactantserver.worker.scheduler.stage_clock import SAMPLE_EVERY, StageClock
 from reactantserver.worker.scheduler.stats import (
     QUEUE_WAIT_SAMPLES,
     BatchStats,
@@ -50,6 +51,7 @@ __all__ = [
     "ADAPTIVE_MAX_HOLD_NS",
     "DEFAULT_COST_S",
     "QUEUE_WAIT_SAMPLES",
+    "SAMPLE_EVERY",
     "SHUTTING_DOWN",
     "BatchStats",
     "Completion",
@@ -66,6 +68,7 @@ __all__ = [
     "RecentLoad",
     "ScheduledModel",
     "Scheduler",
+    "StageClock",
     "State",
     "StatsSnapshot",
     "TraceMarks",

@@ -51,6 +51,7 @@ from reactantserver.worker.scheduler.queue import (
     State,
     TraceMarks,
 )
+from reactantserver.worker.scheduler.stage_clock import StageClock
 from reactantserver.worker.scheduler.stats import ModelStats, StatsSnapshot
 
 __all__ = ["SHUTTING_DOWN", "Scheduler"]
@@ -80,6 +81,8 @@ class Scheduler:
         self._clock = clock
         self._s = SchedulerState(self.config)
         self._loop = DispatchLoop(self._s, Dispatcher(self._s, backend, cache, clock), clock)
+        #: Which admissions time their CPU (the ``queue`` stage; see ``scheduler.stage_clock``).
+        self.stage_clock = StageClock()
         if cache is not None:
             cache.busy = self.busy
             self._s.prefetch = self.config.prefetch_weights and cache.can_prefetch
@@ -175,7 +178,8 @@ class Scheduler:
         configured default; ``committed`` marks a meta sub-call; ``trace`` is filled with the
         request's scheduler marks when its batch has run.
         """
-        started = time.thread_time_ns()
+        timed = self.stage_clock.timed()
+        started = time.thread_time_ns() if timed else 0
         model = self._s.models.get(name)  # one dict read; checked again under the lock below
         if model is None:
             raise ModelNotFoundError(f"Request for unknown model: '{name}' is not found")
@@ -220,7 +224,9 @@ class Scheduler:
             # that is ready now (full, or a request that cannot join the waiting batch).
             if committed or not self._s.holding or self._s.ready_at_locked(queue, now) <= now:
                 self._s.cond.notify()
-            self._s.stats[name].queue_cpu_ns += time.thread_time_ns() - started
+            if timed:
+                spent = time.thread_time_ns() - started
+                self._s.stats[name].queue_cpu_ns += self.stage_clock.scale(spent)
             return request
 
     async def infer(

@@ -41,6 +41,7 @@ from reactantserver.worker.registry import ModelEntry, ModelState
 from reactantserver.worker.repository import groups
 from reactantserver.worker.repository.watcher import RepositoryControl
 from reactantserver.worker.scheduler.queue import TraceMarks
+from reactantserver.worker.scheduler.stage_clock import StageClock
 from reactantserver.worker.state import Runtime, WorkerState
 from reactantserver.worker.transport.stream import Serve, stream_infer
 from reactantserver.worker.transport.tracing import finish_request_span
@@ -94,6 +95,8 @@ class InferenceService:
         self._repository = repository
         #: The forwarding lane's advert, sent with ``ServerReady`` (None: no lane).
         self.lane_advert: str | None = None
+        #: Which requests time their decode and encode (thread CPU clocks are system calls).
+        self.stage_clock = StageClock()
 
     def handlers(self) -> dict[str, Handler]:
         """Method name -> async handler, for ``inference_service_handler``."""
@@ -379,7 +382,8 @@ class InferenceService:
         """Decode, infer, encode; counts the request once with its final status.
 
         The metrics get the handler's wall time and the event-loop thread's CPU in decoding
-        and encoding (``reactantserver_worker_stage_cpu_seconds_total``). With a ``span``, the
+        and encoding (``reactantserver_worker_stage_cpu_seconds_total``, timed on one request
+        in :data:`~reactantserver.worker.scheduler.SAMPLE_EVERY`). With a ``span``, the
         request's phases and outcome are recorded under it and it is ended here (``http``:
         the request came over REST).
         """
@@ -393,21 +397,24 @@ class InferenceService:
         try:
             runtime = self._serving_runtime(message.model_name)
             runtime.dataplane.limiter.check()  # a full worker refuses before decoding
-            clock = time.thread_time_ns()
+            timed = self.stage_clock.timed()
+            clock = time.thread_time_ns() if timed else 0
             request = codec.decode_request(
                 message,
                 registry=self.state.shm,
                 max_recv_msg_bytes=self.state.config.grpc.max_recv_msg_bytes,
                 grpc_time_remaining=time_remaining,
             )
-            decode_ns = time.thread_time_ns() - clock
+            if timed:
+                decode_ns = self.stage_clock.scale(time.thread_time_ns() - clock)
             response = await runtime.dataplane.infer(request, marks)
-            clock = time.thread_time_ns()
+            clock = time.thread_time_ns() if timed else 0
             mark = 0 if span is None else time.monotonic_ns()
             answer = codec.encode_response(
                 response, requested=request.outputs, registry=self.state.shm
             )
-            encode_ns = time.thread_time_ns() - clock
+            if timed:
+                encode_ns = self.stage_clock.scale(time.thread_time_ns() - clock)
             if span is not None:
                 respond = (mark, time.monotonic_ns())
             return answer

@@ -45,7 +45,9 @@ CPU_STAGES = ("decode", "queue", "dispatch", "encode")
 decoding the
 wire message, admission and the wake-up on the caller's loop, the dispatch thread's turn
 (selection, assembly, transfers, execution, slicing) shared by the requests it served, and
-encoding the answer. Each is thread CPU time (``time.thread_time_ns``) where the work runs."""
+encoding the answer. Each is thread CPU time (``time.thread_time_ns``) where the work runs;
+decode, encode and admission are timed on one request in ``SAMPLE_EVERY`` and count for the
+requests it stands for (the clock is a system call), dispatch and waking on every execution."""
 
 _HELP = {
     "reactantserver_worker_dispatch_total": "Executions.",
