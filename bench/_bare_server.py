@@ -18,6 +18,10 @@ With ``--handoff`` each answer also makes the worker's thread round trip: the ha
 future under a condition variable, a second thread takes everything queued and resolves it on
 the loop with one ``call_soon_threadsafe`` (as the dispatch thread does), and the handler
 awaits it. The difference to the plain floor is what the hand-off itself costs.
+
+With ``--native`` the same handlers are served by the worker's own front door
+(:class:`reactantserver.core.front.GrpcFront`: h2corn, gRPC framing in Python) instead of
+``grpc.aio``: the floor of our stack, what the worker would cost if a model cost nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from collections.abc import Mapping
 import grpc
 import uvloop
 
+from reactantserver.core.front import GrpcFront
 from reactantserver.core.protocol import grpc_service_pb2 as pb
 from reactantserver.core.protocol import inference_service_handler
 
@@ -40,6 +45,9 @@ __all__ = ["CANNED_OUTPUTS", "canned_response", "main", "serve"]
 CANNED_OUTPUTS: Mapping[str, tuple[str, tuple[int, ...]]] = {
     "mlp": ("logits", (1, 4)),
     "cnn": ("logits", (1, 10)),
+    # bench.peers' MLPs (bench/_peers/models.py): the floor row of its report.
+    "tiny_mlp": ("y", (1, 16)),
+    "heavy_mlp": ("y", (1, 1000)),
 }
 
 _MAX_MESSAGE = 512 * 1024 * 1024  # the worker's grpc.max_{recv,send}_msg_bytes default
@@ -101,8 +109,11 @@ def _settle_all(taken: list[tuple[Answer, pb.ModelInferResponse]]) -> None:
             future.set_result(response)
 
 
-async def serve(host: str, port: int, stop: asyncio.Event, *, handoff: bool = False) -> None:
-    """Serve on ``host:port`` until ``stop`` is set (``handoff``: see the module docstring)."""
+async def serve(
+    host: str, port: int, stop: asyncio.Event, *, handoff: bool = False, native: bool = False
+) -> None:
+    """Serve on ``host:port`` until ``stop`` is set (``handoff``, ``native``: see the module
+    docstring)."""
     canned = {model: canned_response(model) for model in CANNED_OUTPUTS}
     default = canned["mlp"]
     relay = _HandOff(asyncio.get_running_loop()) if handoff else None
@@ -135,25 +146,28 @@ async def serve(host: str, port: int, stop: asyncio.Event, *, handoff: bool = Fa
     ) -> pb.ModelReadyResponse:
         return pb.ModelReadyResponse(ready=True)
 
-    server = grpc.aio.server(
-        options=[
-            ("grpc.max_receive_message_length", _MAX_MESSAGE),
-            ("grpc.max_send_message_length", _MAX_MESSAGE),
-        ]
+    handler = inference_service_handler(
+        {
+            "ModelInfer": infer,
+            "ServerLive": server_live,
+            "ServerReady": server_ready,
+            "ModelReady": model_ready,
+        }
     )
-    server.add_generic_rpc_handlers(
-        [
-            inference_service_handler(
-                {
-                    "ModelInfer": infer,
-                    "ServerLive": server_live,
-                    "ServerReady": server_ready,
-                    "ModelReady": model_ready,
-                }
-            )
-        ]
-    )
-    server.add_insecure_port(f"{host}:{port}")
+    server: grpc.aio.Server | GrpcFront
+    if native:
+        server = GrpcFront(max_recv_msg_bytes=_MAX_MESSAGE, max_send_msg_bytes=_MAX_MESSAGE)
+        server.add_generic_rpc_handlers([handler])
+        server.add_port(f"{host}:{port}")
+    else:
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", _MAX_MESSAGE),
+                ("grpc.max_send_message_length", _MAX_MESSAGE),
+            ]
+        )
+        server.add_generic_rpc_handlers([handler])
+        server.add_insecure_port(f"{host}:{port}")
     await server.start()
     try:
         await stop.wait()
@@ -163,12 +177,12 @@ async def serve(host: str, port: int, stop: asyncio.Event, *, handoff: bool = Fa
             relay.stop()
 
 
-async def _main(host: str, port: int, handoff: bool) -> None:
+async def _main(host: str, port: int, handoff: bool, native: bool) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await serve(host, port, stop, handoff=handoff)
+    await serve(host, port, stop, handoff=handoff, native=native)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -179,8 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--handoff", action="store_true", help="answer through a second thread (module docs)"
     )
+    parser.add_argument(
+        "--native", action="store_true", help="serve with the worker's front door, not grpc.aio"
+    )
     args = parser.parse_args(argv)
-    uvloop.run(_main(args.host, args.port, args.handoff))
+    uvloop.run(_main(args.host, args.port, args.handoff, args.native))
     return 0
 
 

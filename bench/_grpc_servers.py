@@ -187,15 +187,21 @@ def metric_sums(server: Server, names: Collection[str]) -> dict[str, float]:
     return out
 
 
-def start_bare(tmp: Path, cpus: frozenset[int] | None, *, handoff: bool = False) -> Server:
+def start_bare(
+    tmp: Path, cpus: frozenset[int] | None, *, handoff: bool = False, native: bool = False
+) -> Server:
     """Start ``python -m bench._bare_server`` on a free port, its output in ``tmp/bare.log``
-    (``handoff``: answers through a second thread, ``tmp/bare-handoff.log``)."""
+    (``handoff``: answers through a second thread, ``tmp/bare-handoff.log``; ``native``: on
+    the worker's front door instead of ``grpc.aio``, ``tmp/bare-native.log``)."""
     port = free_port()
     argv = [sys.executable, "-m", "bench._bare_server", "--port", str(port)]
     name, log = "bare server", tmp / "bare.log"
     if handoff:
         argv.append("--handoff")
         name, log = "bare server with a thread hand-off", tmp / "bare-handoff.log"
+    elif native:
+        argv.append("--native")
+        name, log = "bare server on the native front", tmp / "bare-native.log"
     return Server(name, argv, dict(os.environ), port, log, cpus=cpus)
 
 

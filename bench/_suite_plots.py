@@ -278,7 +278,10 @@ def plot_peers(reports: Reports, path: Path) -> str:
     fig.legend(handles, labels, loc="outside lower center", ncol=len(labels))
     fig.savefig(path)  # constrained layout: not _save's tight_layout
     plt.close(fig)
-    return "Req/s per MLP and concurrency: PyTriton, KServe, MLServer and ours; the raw cap"
+    return (
+        "Req/s per MLP and concurrency: the floor (a canned answer on our front), PyTriton, "
+        "KServe, MLServer and ours; the raw cap"
+    )
 
 
 #: Plot file stem -> drawing function (returns the caption; raises where data is missing).

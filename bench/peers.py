@@ -19,6 +19,12 @@ p50/p99, server CPU per request over its whole process tree, and rows per execut
 inside the peers' model functions, from ModelStatistics for ours); and per round the raw
 executable's rows/s at batch 1, 8 and 32, each cell's cap. Figures: ours / the best peer's
 req/s, p99 against that peer's, ours / the raw cap where it binds.
+
+The *floor* (``floor``; ``--no-floor`` leaves it out) is measured first in every cell:
+``python -m bench._bare_server --native``, our front door answering every call with a canned
+response of the model's output shape, no decoding and no model. It is what this client and
+this front allow in the cell at all: where ``floor / best peer`` is under 1.5, the 1.5x target
+is beyond any server on our front, whatever its model path costs. It is never a peer.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from typing import Any
 
 from bench._common import free_port, loadavg, machine, write_report
 from bench._grpc_load import CpuSampler, Signature, run_load
-from bench._grpc_servers import Server, cpu_split, model_stats, start_worker
+from bench._grpc_servers import Server, cpu_split, model_stats, start_bare, start_worker
 from bench._peers import cells as numbers
 from bench._peers.counters import Counter, counter_path
 from bench._peers.markdown import markdown
@@ -49,6 +55,7 @@ from bench._suite_plots import plot_peers
 ROOT = Path(__file__).resolve().parent.parent
 RESULT_NAME = "peers-cpu"
 OURS = "reactantserver"
+FLOOR = "floor"
 Counts = Callable[[], tuple[int, int] | None]
 #: (window s, warm-up s, rounds, raw s per point, idle s) per size.
 SIZES = {
@@ -164,7 +171,7 @@ def _wait(
         try:
             server.wait_ready(args.models, args.startup_timeout)
         except (RuntimeError, TimeoutError) as exc:
-            if name == OURS:
+            if name in (OURS, FLOOR):
                 raise
             server.stop()
             del servers[name]
@@ -186,11 +193,23 @@ def _idle_cpu(servers: Mapping[str, Server], seconds: float) -> dict[str, float 
 
 
 def _servers_info(
-    ready: Mapping[str, Readiness], idle: Mapping[str, float | None]
+    ready: Mapping[str, Readiness], idle: Mapping[str, float | None], *, floor: bool
 ) -> list[dict[str, Any]]:
     from bench._common import versions
 
     info = []
+    if floor:
+        info.append(
+            {
+                "server": FLOOR,
+                "version": "canned answer on our front (bench._bare_server --native)",
+                "batching": "none (no model: the client's and the front's limit)",
+                "available": True,
+                "reason": None,
+                "installed": {},
+                "idle_cpu_percent": idle.get(FLOOR),
+            }
+        )
     for name, state in ready.items():
         peer = PEERS[name]
         info.append(
@@ -236,6 +255,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--worker-env", nargs="*", default=[], metavar="KEY=VALUE")
     parser.add_argument("--startup-timeout", type=float, default=300.0)
     parser.add_argument("--no-pin", action="store_true", help="no CPU affinity")
+    parser.add_argument("--no-floor", action="store_true", help="leave out the canned floor")
     parser.add_argument("--quick", action="store_true", help="smoke run: 0.3 s windows")
     parser.add_argument("--suite", action="store_true", help="`nox -s bench` size (~3 min)")
     return parser
@@ -277,14 +297,18 @@ def _measure(
         for model in args.models:
             if name == OURS:
                 counts[name, model] = _our_counts(server, model)
+            elif name == FLOOR:
+                counts[name, model] = lambda: None  # it runs no model
             else:
                 counts[name, model] = Counter.open(counter_path(tmp, name, model)).read
     windows, raw = [], []
-    peers = [name for name in servers if name != OURS]
+    peers = [name for name in servers if name not in (OURS, FLOOR)]
+    floor = [FLOOR] if FLOOR in servers else []
     for round_ in range(args.rounds):
         raw.append(_raw(args, cpus))
-        # The peers' order flips every other round (drift falls on each alike); ours is last.
-        order = [*(reversed(peers) if round_ % 2 else peers), OURS]
+        # The peers' order flips every other round (drift falls on each alike); the floor is
+        # first, ours last.
+        order = [*floor, *(reversed(peers) if round_ % 2 else peers), OURS]
         for model in args.models:
             for c in args.concurrency:
                 for name in order:
@@ -319,7 +343,10 @@ def main(argv: list[str] | None = None) -> int:
                 capture_output=True,
             )
             start = time.perf_counter()
-            servers = _start_peers(args, ready, tmp, server_cpus)
+            if not args.no_floor:
+                (tmp / FLOOR).mkdir()
+                servers[FLOOR] = start_bare(tmp / FLOOR, server_cpus, native=True)
+            servers.update(_start_peers(args, ready, tmp, server_cpus))
             (tmp / OURS).mkdir()
             servers[OURS] = start_worker(tmp / OURS, tmp / "models", extra_env, server_cpus)
             if client_cpus is not None:
@@ -327,12 +354,13 @@ def main(argv: list[str] | None = None) -> int:
             _wait(args, servers, ready)
             ready_after = time.perf_counter() - start
             idle = _idle_cpu(servers, args.idle)
+            floor_ran = FLOOR in servers
             windows, raw = _measure(args, servers, server_cpus, tmp)
         finally:
             exits = {n: s.stop() for n, s in servers.items()}
     table = numbers.servers_table(windows)
     caps = numbers.raw_caps(raw)
-    cell_rows = numbers.cells(table, caps, ours=OURS)
+    cell_rows = numbers.cells(table, caps, ours=OURS, floor=FLOOR)
     report: dict[str, Any] = {
         "machine": description,
         "command": " ".join([".venv/bin/python -m bench.peers", *(argv or sys.argv[1:])]),
@@ -345,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_1m_end": loadavg(),
         "order": list(servers),
         "ready_after_s": ready_after,
-        "servers": _servers_info(ready, idle),
+        "servers": _servers_info(ready, idle, floor=floor_ran),
         "exit_status": exits,
         "windows": windows,
         "raw_rounds": raw,

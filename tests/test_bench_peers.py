@@ -241,6 +241,31 @@ def test_figures_carry_the_issue_targets() -> None:
         assert set(f) == {"name", "value", "unit", "target", "met"}
 
 
+def test_the_floor_is_never_the_best_peer_and_bounds_what_the_front_allows() -> None:
+    windows = [
+        _window("floor", "tiny_mlp", 1, 2400, 0.5, executions=0, rows=0),
+        _window("kserve", "tiny_mlp", 1, 1400, 0.9),
+        _window("reactantserver", "tiny_mlp", 1, 1450, 0.9),
+    ]
+    table = cells.servers_table(windows)
+    [row] = cells.cells(table, {"tiny_mlp": {1: 4e4}}, ours="reactantserver", floor="floor")
+    assert row["best_peer"] == "kserve"  # faster than every peer, yet not one
+    assert row["floor_over_best_peer"] == pytest.approx(2400 / 1400)
+    assert row["ours_over_floor"] == pytest.approx(1450 / 2400)
+    named = {f["name"]: f for f in cells.figures([row])}
+    headroom = named["floor / best peer (kserve) req/s (tiny, c=1)"]
+    assert (headroom["value"], headroom["target"], headroom["met"]) == (
+        pytest.approx(2400 / 1400),
+        None,
+        None,
+    )
+    assert named["ours / floor req/s (tiny, c=1)"]["value"] == pytest.approx(1450 / 2400)
+    # Without a floor in the run: the three figures per cell of before.
+    [plain] = cells.cells(table, {"tiny_mlp": {1: 4e4}}, ours="reactantserver")
+    assert plain["floor_requests_per_s"] is None
+    assert len(cells.figures([plain])) == 3
+
+
 def test_figures_without_peers_have_no_verdict() -> None:
     table = cells.servers_table([_window("reactantserver", "tiny_mlp", 1, 900, 2.0)])
     rows = cells.cells(table, {"tiny_mlp": {1: 2e4}}, ours="reactantserver")
@@ -294,18 +319,23 @@ def test_quick_run_without_prepared_peers_measures_ours(tmp_path: Path) -> None:
     servers = {s["server"]: s for s in report["servers"]}
     assert not servers["kserve"]["available"]
     assert "--prepare" in servers["kserve"]["reason"]
-    assert report["order"] == ["reactantserver"]
+    assert report["order"] == ["floor", "reactantserver"]
     assert {(w["server"], w["concurrency"]) for w in report["windows"]} == {
-        ("reactantserver", 1),
-        ("reactantserver", 8),
+        (server, c) for server in ("floor", "reactantserver") for c in (1, 8)
     }
     for w in report["windows"]:
         assert w["requests"] > 0
         assert w["errors"] == 0, w["first_error"]
+        if w["server"] == "floor":
+            assert w["executions"] is None  # it runs no model
+            continue
         assert w["executions"] > 0
         assert w["rows"] >= w["executions"]
     assert set(report["raw_caps"]["tiny_mlp"]) == {"1", "8"}
-    assert len(report["figures"]) == 6
+    # Per cell: ours / best peer, p99, cap; ours / floor (no peer ran: no floor / best peer).
+    assert len(report["figures"]) == 8
     assert all(f["met"] is None for f in report["figures"][:2])
+    assert [c["best_peer"] for c in report["cells"]] == [None, None]
+    assert all(c["floor_requests_per_s"] > 0 for c in report["cells"])
     assert "unavailable: no prepared venv" in bench.markdown
     assert (tmp_path / "out" / "plots" / "peers-cpu.png").exists()

@@ -6,8 +6,13 @@ measured in one cell in one round::
 
     table = servers_table(windows)  # per (server, model, concurrency)
     caps = raw_caps(raw_rounds)     # model -> batch -> rows/s; a cell's cap is at min(c, 32)
-    rows = cells(table, caps, ours="reactantserver")
+    rows = cells(table, caps, ours="reactantserver", floor="floor")
     figures(rows)
+
+The *floor* is a server that answers every call with a canned response over our front door
+(no decoding, no model): what the load generator and the front allow at all in a cell, so
+``floor / best peer`` says how far above the best peer any server on this front could go.
+It is never a peer.
 """
 
 from __future__ import annotations
@@ -101,20 +106,31 @@ def cap_batch(concurrency: int) -> int:
     return min(concurrency, MAX_BATCH)
 
 
-def cells(table: Sequence[Row], caps: Mapping[str, Mapping[int, float]], *, ours: str) -> list[Row]:
+def cells(
+    table: Sequence[Row],
+    caps: Mapping[str, Mapping[int, float]],
+    *,
+    ours: str,
+    floor: str | None = None,
+) -> list[Row]:
     """Per (model, concurrency): ours, the best peer (highest median req/s), the cap, the
-    ratios, and whether the cap binds (1.5x the best peer would exceed it)."""
+    ratios, and whether the cap binds (1.5x the best peer would exceed it); with ``floor``
+    (the canned-answer server), its req/s and its and ours against each other."""
     by_cell: dict[tuple[str, int], dict[str, Row]] = {}
     for row in table:
         by_cell.setdefault((row["model"], row["concurrency"]), {})[row["server"]] = row
     out = []
     for (model, concurrency), servers in by_cell.items():
         mine = servers.get(ours)
-        peers = [r for s, r in servers.items() if s != ours and r["p99_ms"] is not None]
+        bottom = servers.get(floor) if floor is not None else None
+        peers = [
+            r for s, r in servers.items() if s not in (ours, floor) and r["p99_ms"] is not None
+        ]
         best = max(peers, key=lambda r: r["requests_per_s"]["median"], default=None)
         cap = caps.get(model, {}).get(cap_batch(concurrency))
         ours_rps = mine["requests_per_s"]["median"] if mine else None
         best_rps = best["requests_per_s"]["median"] if best else None
+        floor_rps = bottom["requests_per_s"]["median"] if bottom else None
         out.append(
             {
                 "model": model,
@@ -131,6 +147,9 @@ def cells(table: Sequence[Row], caps: Mapping[str, Mapping[int, float]], *, ours
                     else None
                 ),
                 "ours_over_cap": ours_rps / cap if ours_rps and cap else None,
+                "floor_requests_per_s": floor_rps,
+                "floor_over_best_peer": floor_rps / best_rps if floor_rps and best_rps else None,
+                "ours_over_floor": ours_rps / floor_rps if ours_rps and floor_rps else None,
             }
         )
     return out
@@ -138,7 +157,9 @@ def cells(table: Sequence[Row], caps: Mapping[str, Mapping[int, float]], *, ours
 
 def figures(rows: Sequence[Row]) -> list[dict[str, Any]]:
     """Three figures per cell: ours / best peer req/s (target 1.5 unless the cap binds), ours
-    p99 / that peer's (target <= 1), ours / raw cap (target 0.90 where the cap binds)."""
+    p99 / that peer's (target <= 1), ours / raw cap (target 0.90 where the cap binds); where
+    the floor ran, also floor / best peer (how high any server on our front could go) and
+    ours / floor, without targets."""
     out = []
     for c in rows:
         where = f"{short(c['model'])}, c={c['concurrency']}"
@@ -173,4 +194,13 @@ def figures(rows: Sequence[Row]) -> list[dict[str, Any]]:
                 met=None if to_cap is None else to_cap >= CAP_TARGET,
             )
         )
+        if c.get("floor_requests_per_s") is None:
+            continue
+        if c["best_peer_requests_per_s"] is not None:
+            out.append(
+                figure(
+                    f"floor / best peer ({peer}) req/s ({where})", c["floor_over_best_peer"], "x"
+                )
+            )
+        out.append(figure(f"ours / floor req/s ({where})", c["ours_over_floor"], "x"))
     return out
