@@ -95,14 +95,23 @@ def figures(report: dict[str, Any]) -> list[dict[str, Any]]:
             "rows",
         ),
     ]
-    floor = report.get("floor")
-    if floor is not None and b == HEADLINE_BATCH:
+    if b != HEADLINE_BATCH:
+        return out
+    for key, name in (
+        ("floor", "gRPC floor / raw rows/s (bare grpc.aio server"),
+        ("front_floor", "front floor / raw rows/s (canned answer on our front"),
+    ):
+        run = report.get(key)
+        if run is not None:
+            ratio = run["rows_per_s"] / p["raw_rows_per_s"]
+            out.append(figure(f"{name}, {b} clients x 1 row)", ratio, "x"))
+    front = report.get("front_floor")
+    if front is not None:
+        worker_cpu = p.get("coalesced_server_cpu_us_per_row")
+        front_cpu = front["server_cpu_us_per_row"]
+        above = None if worker_cpu is None or front_cpu is None else worker_cpu - front_cpu
         out.append(
-            figure(
-                f"gRPC floor / raw rows/s (bare grpc.aio server, {b} clients x 1 row)",
-                floor["rows_per_s"] / p["raw_rows_per_s"],
-                "x",
-            )
+            figure(f"worker CPU / row above the front floor's ({b} clients x 1 row)", above, "us")
         )
     return out
 
@@ -133,8 +142,10 @@ def _summary(report: dict[str, Any]) -> list[str]:
             f"({_fmt(p[f'{mode}_rows_per_execution'], '.1f')} rows per execution). "
             f"Target >= {TARGET_RATIO:.2f}: {verdict}."
         )
-    floor = report.get("floor")
-    if floor is not None and b == HEADLINE_BATCH:
+    if b != HEADLINE_BATCH:
+        return lines
+    floor, front = report.get("floor"), report.get("front_floor")
+    if floor is not None:
         lines.append(
             f"- The gRPC floor at the same load (bare grpc.aio server, {b} clients, one-row "
             f"requests, canned answer): {floor['rows_per_s']:,.0f} rows/s = "
@@ -142,7 +153,16 @@ def _summary(report: dict[str, Any]) -> list[str]:
             "scheduler's (`bench.scheduler` measures it in process); here the full gRPC path "
             "is in the way, and this floor bounds what one-row requests can reach."
         )
-    return lines
+    if front is None:
+        return lines
+    worker_cpu = _fmt(p.get("coalesced_server_cpu_us_per_row"), ".0f")
+    return [
+        *lines,
+        f"- The front floor (the same canned answer on our own front door): "
+        f"{front['rows_per_s']:,.0f} rows/s at {_fmt(front['server_cpu_us_per_row'], '.0f')} "
+        f"us of server CPU per row, against the worker's {worker_cpu}: the difference is the "
+        "worker's own request path and the execution.",
+    ]
 
 
 def _placement(report: dict[str, Any]) -> str:
@@ -228,8 +248,8 @@ def markdown(report: dict[str, Any]) -> list[str]:
         "server CPU / row (us) | client CPU / request (us) | errors |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    floor = report.get("floor")
-    for r in [*report["runs"], *([floor] if floor else [])]:
+    floors = [report[key] for key in ("floor", "front_floor") if report.get(key)]
+    for r in [*report["runs"], *floors]:
         lines.append(
             f"| {r['target']} | {r['mode']} | {r['rows_per_request']} | {r['concurrency']} | "
             f"{r['requests_per_s']:,.0f} | {r['rows_per_s']:,.0f} | {r['p50_ms']:.2f} | "

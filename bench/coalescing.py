@@ -24,7 +24,9 @@ starts there) while the worker sits idle and no client runs: one slice just befo
 after each batch size's served runs, whose mean is that size's reference (the shared machine's
 speed drifts; the two slices' ratio is reported). At the headline size the bare grpc.aio server
 (``bench/_bare_server.py``) takes the same one-row load: the Python gRPC floor, which bounds
-what the served one-row ratio can reach here.
+what the served one-row ratio can reach here; and so does the same canned answer on our own
+front door (``--native``, the *front floor*): what the worker's front costs with no model, so
+the worker's CPU per row above it is its own request path.
 """
 
 from __future__ import annotations
@@ -160,10 +162,11 @@ def served(
 def _serve_all(
     args: argparse.Namespace,
     worker: Server,
-    bare: Server | None,
+    floors: dict[str, Server],
     raw: Callable[[int], dict[str, Any]],
-) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]], dict[str, Any] | None]:
-    """At each batch size: raw slice, batched run, coalesced run, raw slice; then the floor.
+) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """At each batch size: raw slice, batched run, coalesced run, raw slice; then each floor
+    server (report key -> server) at the headline load.
 
     ``raw(b)`` times the program that runs b rows; the slices just before and after a batch
     size's served runs are their reference, so the machine's drift falls on both.
@@ -176,10 +179,11 @@ def _serve_all(
         runs.append(served(worker, rows=b, concurrency=1, mode="batched", **window))
         runs.append(served(worker, rows=1, concurrency=b, mode="coalesced", **window))
         slices[str(b)].append(raw(b))
-    floor = None
-    if bare is not None:
-        floor = served(bare, rows=1, concurrency=HEADLINE_BATCH, mode="coalesced", **window)
-    return slices, runs, floor
+    measured = {
+        key: served(server, rows=1, concurrency=HEADLINE_BATCH, mode="coalesced", **window)
+        for key, server in floors.items()
+    }
+    return slices, runs, measured
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -200,7 +204,9 @@ def _parser() -> argparse.ArgumentParser:
         "--raw-seconds", type=float, help="seconds per compiled program in each raw pass"
     )
     parser.add_argument(
-        "--no-floor", action="store_true", help="skip the bare grpc.aio server (the gRPC floor)"
+        "--no-floor",
+        action="store_true",
+        help="skip the canned-answer servers (grpc.aio and our front: the floors)",
     )
     parser.add_argument(
         "--no-pin",
@@ -257,13 +263,19 @@ def _measure(
             servers["worker"] = start_worker(tmp, models, {}, server_cpus)
             if not args.no_floor:
                 servers["bare"] = start_bare(tmp, server_cpus)
+                servers["front"] = start_bare(tmp, server_cpus, native=True)
             with _pinned(client_cpus):
                 # Before any client thread exists (gRPC's included): they all inherit it.
                 for name, server in servers.items():
                     server.wait_ready([MODEL] if name == "worker" else [], args.startup_timeout)
                 ready_s = time.perf_counter() - started
                 print(f"servers ready in {ready_s:.1f} s", flush=True)
-                slices, runs, floor = _serve_all(args, servers["worker"], servers.get("bare"), raw)
+                floors = {
+                    key: servers[name]
+                    for key, name in (("floor", "bare"), ("front_floor", "front"))
+                    if name in servers
+                }
+                slices, runs, measured = _serve_all(args, servers["worker"], floors, raw)
         finally:
             exits = {name: server.stop() for name, server in servers.items()}
     return {
@@ -271,7 +283,8 @@ def _measure(
         "padded_to": {str(b): p for b, p in padded.items()},
         "raw_slices": slices,
         "runs": runs,
-        "floor": floor,
+        "floor": measured.get("floor"),
+        "front_floor": measured.get("front_floor"),
         "ready_after_s": ready_s,
         "exit_status": exits,
     }
@@ -298,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     report["machine"]["loadavg_1m_after"] = loadavg()
     report["points"] = points(report)
     report["figures"] = figures(report)
-    everything = [*measured["runs"], *([measured["floor"]] if measured["floor"] else [])]
+    floors = [measured[key] for key in ("floor", "front_floor") if measured[key]]
+    everything = [*measured["runs"], *floors]
     report["errors"] = [
         f"{r['target']} {r['mode']} rows={r['rows_per_request']} c={r['concurrency']}: "
         f"{r['first_error']}"

@@ -18,7 +18,7 @@ from tests._bench_support import run_bench
 def test_quick_run_writes_a_report(tmp_path: Path) -> None:
     bench = run_bench("bench.coalescing", ["--quick"], tmp_path / "out", "coalescing-cpu")
     report = bench.report
-    assert report["exit_status"] == {"worker": 0, "bare": 0}
+    assert report["exit_status"] == {"worker": 0, "bare": 0, "front": 0}
     assert report["errors"] == []
     # b without its own program runs the size the scheduler pads it to.
     assert report["padded_to"] == {"1": 1, "2": 4, "4": 4, "8": 8, "16": 32, "32": 32}
@@ -40,6 +40,16 @@ def test_quick_run_writes_a_report(tmp_path: Path) -> None:
     headline = report["figures"][:2]
     assert all(f["target"].startswith(f">= {TARGET_RATIO:.2f}") for f in headline)
     assert any(f["name"].startswith("gRPC floor") for f in report["figures"])
+    front = report["front_floor"]
+    assert front["target"] == "bare server on the native front"
+    assert (front["concurrency"], front["errors"]) == (32, 0)
+    assert front["rows_per_s"] > 0
+    named = {f["name"]: f for f in report["figures"]}
+    assert named["front floor / raw rows/s (canned answer on our front, 32 clients x 1 row)"][
+        "value"
+    ] == pytest.approx(front["rows_per_s"] / by_batch[32]["raw_rows_per_s"])
+    assert "worker CPU / row above the front floor's (32 clients x 1 row)" in named
+    assert "- The front floor (the same canned answer on our own front door)" in bench.markdown
     assert "| b | program | raw rows/s |" in bench.markdown
     assert "| 16 | 32 |" in bench.markdown
 
